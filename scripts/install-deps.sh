@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install every Debian package and crate bootimage-gen needs, idempotently.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+
+PKGS=(
+  # OS import and registry
+  ostree libostree-dev skopeo docker-registry apache2-utils openssl
+  # disk building
+  gdisk fdisk dosfstools mtools xfsprogs e2fsprogs util-linux
+  grub-pc-bin grub-efi-amd64-bin grub-common
+  # live ISO / PXE
+  xorriso isolinux syslinux-common squashfs-tools cpio genisoimage
+  # test OS
+  linux-image-amd64 busybox-static zstd xz-utils pigz kmod
+  # boot tests
+  qemu-system-x86 qemu-utils ovmf seabios ipxe-qemu
+  # validation tools used by tests
+  libxml2-utils jq
+  # build deps for the crate
+  pkg-config libglib2.0-dev libzstd-dev libssl-dev
+)
+
+need=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    need+=("$p")
+  fi
+done
+
+# qemu-img must come from the same Debian release as qemu-system-x86: if a
+# newer (backports) qemu-utils is installed, pin both to the system's release.
+qver=$(apt-cache policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+uver=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+if [ -n "$qver" ] && [ "$qver" != "(none)" ] && [ -n "$uver" ] && [ "$uver" != "$qver" ]; then
+  need+=("qemu-utils=$qver" "qemu-system-x86=$qver")
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ ! -d /var/lib/apt/lists ] || [ -z "$(ls /var/lib/apt/lists 2>/dev/null | grep -v lock | head -1)" ] || [ -n "${INSTALL_DEPS_UPDATE:-}" ]; then
+    apt-get update -q
+  fi
+  if ! apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"; then
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"
+  fi
+fi
+
+# The real CoreOS client, used by the tests to check our ISO and PXE artifacts.
+if ! command -v coreos-installer >/dev/null 2>&1; then
+  echo "install-deps: cargo install coreos-installer"
+  cargo install --locked coreos-installer || cargo install coreos-installer
+fi
+
+# moto for the AWS tests (only needed by the aws registration tests)
+if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
+  pip install -q 'moto[server]' || echo "install-deps: warning: moto not installed"
+fi
+echo "install-deps: ok"

@@ -1,0 +1,92 @@
+//! Command-line types (clap derive) only; handlers live in `commands/`.
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Turn an OpenShift release image into bootable CoreOS disk images.
+///
+/// The OS travels inside the release image (`rhel-coreos`, formerly
+/// `machine-os-content`); bootimage-gen resolves the release, imports that
+/// OS, reads the bootimage configuration shipped with it, and writes what
+/// coreos-assembler would have published for each platform.
+#[derive(Debug, Parser)]
+#[command(name = "bootimage-gen", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// More log output on stderr (-v: info, -vv: debug, -vvv: trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Print only errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what a release image holds: version, OS image, OS format, commit,
+    /// kernel, bootimage configuration and pinned AMIs.
+    ///
+    /// Example: bootimage-gen inspect quay.io/openshift-release-dev/ocp-release:4.18.0-x86_64 --import
+    Inspect(InspectArgs),
+    /// List the platforms, their artifacts and formats.
+    Platforms(PlatformsArgs),
+}
+
+/// Where the release comes from and how to reach it.
+#[derive(Debug, Clone, Args)]
+pub struct InputArgs {
+    /// The release image: docker://HOST/REPO:TAG|@DIGEST (a bare HOST/REPO... means
+    /// docker://), oci:DIR[:TAG], oci-archive:FILE[:TAG] or docker-archive:FILE.
+    #[arg(value_name = "RELEASE")]
+    pub release: String,
+    /// Registry credentials (containers auth.json format). Default: $REGISTRY_AUTH_FILE,
+    /// then the usual containers auth files.
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
+    /// Allow plain HTTP and unverified TLS registries. Only when asked.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Directory of extra CA certificates (*.crt) to trust for registries.
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// ImageDigestMirrorSet (or ImageContentSourcePolicy) YAML: for references by
+    /// digest, try these mirrors first, as `oc` does.
+    #[arg(long, value_name = "FILE")]
+    pub idms_file: Option<PathBuf>,
+    /// The OS stream tag to use when the release carries more than one
+    /// (e.g. rhel-coreos-10). Default: rhel-coreos, else machine-os-content.
+    #[arg(long, value_name = "TAG")]
+    pub os_stream: Option<String>,
+    /// Cache directory (imported OS commits). Default: $XDG_CACHE_HOME/bootimage-gen.
+    #[arg(long, value_name = "DIR", env = "BOOTIMAGE_GEN_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Print one JSON document (schema: docs/inspect-json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Pull the OS image and import its commit into the cache (needed to read
+    /// the kernel, osname and bootimage configuration from the OS itself).
+    #[arg(long)]
+    pub import: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlatformsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Output style for progress.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ProgressMode {
+    Auto,
+    Tty,
+    Plain,
+    Json,
+}

@@ -1,0 +1,79 @@
+//! Turning the input options shared by `inspect` and `generate` into a
+//! resolved release, OS image and (optionally) imported commit.
+use crate::cli::InputArgs;
+use crate::image::fetch::{FetchOptions, Fetcher};
+use crate::image::idms::Mirrors;
+use crate::image::imageref::ImageRef;
+use crate::oscontainer::{self, Cache, ImportRecord, OsInfo};
+use crate::release::resolve::{self, Resolved};
+use crate::util::ui;
+use anyhow::Result;
+use std::time::Instant;
+
+/// Validated input settings.
+pub struct Input {
+    pub release: ImageRef,
+    pub fetch: FetchOptions,
+    pub mirrors: Option<Mirrors>,
+    pub os_stream: Option<String>,
+    pub cache_dir: std::path::PathBuf,
+}
+
+impl Input {
+    /// Validate the options before any side effect.
+    pub fn from_args(a: &InputArgs) -> Result<Self> {
+        let release = ImageRef::parse(&a.release)?;
+        let fetch = FetchOptions::resolve(a.registry_config.clone(), a.insecure, a.cert_dir.clone())?;
+        let mirrors = a.idms_file.as_deref().map(Mirrors::from_file).transpose()?;
+        Ok(Input {
+            release,
+            fetch,
+            mirrors,
+            os_stream: a.os_stream.clone(),
+            cache_dir: a.cache_dir.clone().unwrap_or_else(Cache::default_dir),
+        })
+    }
+}
+
+/// The outcome of resolving (and maybe importing).
+pub struct Loaded {
+    pub resolved: Resolved,
+    pub import: Option<(ImportRecord, bool)>,
+    pub os: Option<OsInfo>,
+    pub cache: Cache,
+}
+
+/// Resolve the release; import the OS when `import` (or reuse a cached
+/// import of the same digest when one exists).
+pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
+    let cache = Cache::open(&input.cache_dir)?;
+    let tmp = cache.tempdir()?;
+    let fetcher = Fetcher::new(&input.fetch).await?;
+    let t = Instant::now();
+    let (resolved, os_img) = resolve::resolve(&fetcher, &input.release, input.mirrors.as_ref(), input.os_stream.as_deref(), tmp.path()).await?;
+    tracing::info!("resolved release {} in {:.1?}", resolved.release_version, t.elapsed());
+    let mut rec = None;
+    if let Some(r) = cache.lookup(&resolved.os_digest) {
+        ui::status(format!("OS image {}: reusing the cached import (commit {})", short(&resolved.os_digest), short(&r.commit)));
+        rec = Some((r, true));
+    } else if import {
+        ui::status(format!("OS image {}: importing {} ({} layers)", short(&resolved.os_digest), resolved.os_format, os_img.manifest.layers().len()));
+        let t = Instant::now();
+        let (r, cached) = oscontainer::import(&cache, &fetcher, &os_img, resolved.os_format).await?;
+        ui::status(format!("OS image {}: imported commit {} in {:.1?}", short(&resolved.os_digest), short(&r.commit), t.elapsed()));
+        rec = Some((r, cached));
+    }
+    fetcher.close(os_img).await.ok();
+    fetcher.finish().await.ok();
+    let os = match &rec {
+        Some((r, _)) => Some(oscontainer::read_os_info(&cache.repo, r)?),
+        None => None,
+    };
+    Ok(Loaded { resolved, import: rec, os, cache })
+}
+
+/// First 12 hex digits of a digest or checksum.
+pub fn short(d: &str) -> String {
+    let h = d.strip_prefix("sha256:").unwrap_or(d);
+    h.chars().take(12).collect()
+}

@@ -1,0 +1,153 @@
+//! `bootimage-gen inspect`: what a release holds, as text or one JSON document
+//! (schema `bootimage-gen/inspect/v1`, documented in docs/inspect-json.md).
+use super::input::{load, Input, Loaded};
+use crate::cli::InspectArgs;
+use crate::osconfig::Setting;
+use anyhow::Result;
+use serde_json::{json, Value};
+
+/// Schema id of the JSON document.
+pub const SCHEMA: &str = "bootimage-gen/inspect/v1";
+
+pub fn run(a: InspectArgs) -> Result<()> {
+    let input = Input::from_args(&a.input)?;
+    let loaded = super::block_on(load(&input, a.import))?;
+    let doc = document(&loaded);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print_text(&doc);
+    }
+    Ok(())
+}
+
+fn setting<T: serde::Serialize>(s: &Setting<T>) -> Value {
+    json!({"value": s.value, "default": s.is_default()})
+}
+
+/// Build the stable JSON document.
+pub fn document(l: &Loaded) -> Value {
+    let r = &l.resolved;
+    let labels = &r.os_labels;
+    let label = |k: &str| labels.get(k).cloned();
+    let os = l.os.as_ref();
+    let commit = os
+        .map(|o| o.commit.clone())
+        .or_else(|| label(crate::oscontainer::LABEL_OSTREE_COMMIT))
+        .or_else(|| label(crate::oscontainer::LABEL_LEGACY_COMMIT));
+    let version = os
+        .map(|o| o.version.clone())
+        .or_else(|| label("org.opencontainers.image.version"))
+        .or_else(|| label("version"));
+    let kernel = os.map(|o| o.kernel_version.clone()).or_else(|| label(crate::oscontainer::LABEL_OSTREE_LINUX));
+    let osname = os.map(|o| o.osname.clone()).or_else(|| label(crate::oscontainer::LABEL_OSNAME));
+    let config = os.map(|o| {
+        let i = &o.config.image;
+        json!({
+            "sources": o.config.sources,
+            "image": {
+                "size": setting(&i.size),
+                "extra-kargs": setting(&i.extra_kargs),
+                "compressor": setting(&i.compressor),
+                "vmware-os-type": setting(&i.vmware_os_type),
+                "vmware-hw-version": setting(&i.vmware_hw_version),
+                "vmware-secure-boot": setting(&i.vmware_secure_boot),
+                "aws-imdsv2-only": setting(&i.aws_imdsv2_only),
+                "aws-volume-type": setting(&i.aws_volume_type),
+                "aws-x86-boot-mode": setting(&i.aws_x86_boot_mode),
+                "live-rootfs-fstype": setting(&i.live_rootfs_fstype),
+            },
+            "platforms": o.config.platforms.as_ref().map(|p| &p.arches),
+            "live-templates": o.config.has_live_templates,
+        })
+    });
+    json!({
+        "schema": SCHEMA,
+        "release": {
+            "reference": r.release_ref,
+            "digest": r.release_digest,
+            "version": r.release_version,
+            "architecture": r.arch,
+            "metadata": r.payload.as_ref().and_then(|p| p.metadata.clone()),
+        },
+        "os": {
+            "tag": r.os_tag,
+            "pullspec": r.os_pullspec,
+            "source": r.os_source,
+            "digest": r.os_digest,
+            "format": r.os_format,
+            "commit": commit,
+            "version": version,
+            "release-annotation": r.os_release_annotation,
+            "kernel": kernel,
+            "osname": osname,
+            "osname-source": os.map(|o| o.osname_source.clone()),
+            "imported": l.import.is_some(),
+            "from-cache": l.import.as_ref().map(|(_, c)| *c).unwrap_or(false),
+            "timestamp": os.map(|o| o.timestamp),
+        },
+        "bootimage-config": config,
+        "pinned-amis": r.pinned_amis,
+    })
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn print_text(d: &Value) {
+    let row = |k: &str, v: String| println!("  {k:<18} {v}");
+    println!("Release");
+    row("reference", s(&d["release"]["reference"]));
+    row("version", s(&d["release"]["version"]));
+    row("digest", s(&d["release"]["digest"]));
+    row("architecture", s(&d["release"]["architecture"]));
+    let o = &d["os"];
+    println!("OS image");
+    row("tag", s(&o["tag"]));
+    row("pullspec", s(&o["pullspec"]));
+    row("read from", s(&o["source"]));
+    row("digest", s(&o["digest"]));
+    row("format", s(&o["format"]));
+    row("ostree commit", s(&o["commit"]));
+    row("version", s(&o["version"]));
+    row("kernel", s(&o["kernel"]));
+    row("osname", s(&o["osname"]));
+    row("imported", if o["imported"] == true { if o["from-cache"] == true { "yes (cached)".into() } else { "yes".into() } } else { "no (pass --import to read the OS itself)".into() });
+    match &d["bootimage-config"] {
+        Value::Null => println!("Bootimage configuration\n  (not read: pass --import)"),
+        c => {
+            let src: Vec<String> = c["sources"].as_array().map(|a| a.iter().map(s).collect()).unwrap_or_default();
+            println!("Bootimage configuration (from {})", if src.is_empty() { "defaults only".into() } else { src.join(", ") });
+            if let Some(m) = c["image"].as_object() {
+                for (k, v) in m {
+                    let mark = if v["default"] == true { "  (default)" } else { "" };
+                    row(k, format!("{}{mark}", s(&v["value"])));
+                }
+            }
+            match c["platforms"].as_object() {
+                Some(p) => {
+                    for (arch, plats) in p {
+                        let names: Vec<&String> = plats.as_object().map(|m| m.keys().collect()).unwrap_or_default();
+                        row(&format!("platforms {arch}"), names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "));
+                    }
+                }
+                None => row("platforms", "(none: the OS ships no platforms.json)".into()),
+            }
+            row("live templates", if c["live-templates"] == true { "yes".into() } else { "no".into() });
+        }
+    }
+    println!("AMIs pinned by the release");
+    match d["pinned-amis"].as_array() {
+        Some(a) if !a.is_empty() => {
+            for x in a {
+                println!("  {:<18} {:<24} release {}", s(&x["region"]), s(&x["image"]), s(&x["release"]));
+            }
+        }
+        _ => println!("  (none)"),
+    }
+}

@@ -1,0 +1,35 @@
+//! Command handlers, named after the CLI path.
+pub mod input;
+pub mod inspect;
+pub mod platforms;
+
+use crate::cli::{Cli, Command};
+use anyhow::Result;
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Platforms(a) => platforms::run(a),
+    }
+}
+
+/// Run an async command on a runtime, ending cleanly on SIGINT/SIGTERM: the
+/// command's future is dropped (its guards and temp dirs clean up) and the
+/// process exits 130 or 143.
+pub fn block_on<T, F: std::future::Future<Output = Result<T>>>(fut: F) -> Result<T> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = fut => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::Error::new(Interrupted(130))),
+            _ = term.recv() => Err(anyhow::Error::new(Interrupted(143))),
+        }
+    })
+}
+
+/// The run was stopped by a signal; the payload is the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted by a signal; cleaned up")]
+pub struct Interrupted(pub i32);

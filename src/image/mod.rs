@@ -1,0 +1,6 @@
+//! Container images: references, mirrors, fetching, local layouts and layers.
+pub mod fetch;
+pub mod idms;
+pub mod imageref;
+pub mod layers;
+pub mod layout;

@@ -1,0 +1,10 @@
+//! bootimage-gen: turn an OpenShift release image into the bootable disk
+//! images coreos-assembler would have published for its OS.
+pub mod cli;
+pub mod commands;
+pub mod image;
+pub mod osconfig;
+pub mod oscontainer;
+pub mod platforms;
+pub mod release;
+pub mod util;

@@ -1,0 +1,320 @@
+//! The OS image: tell its format from its labels, import its commit into the
+//! cache repo (ostree-native through ostree-ext; legacy machine-os-content by
+//! a verified local pull from `/srv/repo`), and read what the OS says about
+//! itself (version, kernel, osname, bootimage configuration).
+pub mod repo;
+
+use crate::image::fetch::{Fetcher, Image};
+use crate::image::layers;
+use crate::osconfig::{self, OsBootConfig};
+use anyhow::{anyhow, bail, Context, Result};
+use repo::Repo;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Labels of an ostree-native container (ostree-ext encapsulation, bootc).
+pub const LABEL_OSTREE_COMMIT: &str = "ostree.commit";
+pub const LABEL_OSTREE_BOOTABLE: &str = "ostree.bootable";
+pub const LABEL_BOOTC: &str = "containers.bootc";
+pub const LABEL_OSTREE_LINUX: &str = "ostree.linux";
+pub const LABEL_OSNAME: &str = "com.coreos.osname";
+/// Label of a legacy machine-os-content image.
+pub const LABEL_LEGACY_COMMIT: &str = "com.coreos.ostree-commit";
+/// Where a legacy image keeps its repo.
+pub const LEGACY_REPO_DIR: &str = "srv/repo";
+
+/// How the OS travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OsFormat {
+    OstreeNative,
+    Legacy,
+}
+
+impl std::fmt::Display for OsFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OsFormat::OstreeNative => "ostree-native",
+            OsFormat::Legacy => "legacy",
+        })
+    }
+}
+
+/// Tell the format from the image labels.
+pub fn detect_format(labels: &BTreeMap<String, String>, what: &str) -> Result<OsFormat> {
+    if labels.contains_key(LABEL_OSTREE_COMMIT) || labels.contains_key(LABEL_OSTREE_BOOTABLE) || labels.contains_key(LABEL_BOOTC) {
+        return Ok(OsFormat::OstreeNative);
+    }
+    if labels.contains_key(LABEL_LEGACY_COMMIT) {
+        return Ok(OsFormat::Legacy);
+    }
+    bail!(
+        "{what} is not an OS image: it has neither the ostree-native labels ({LABEL_OSTREE_COMMIT}, {LABEL_BOOTC}) nor the machine-os-content label {LABEL_LEGACY_COMMIT}"
+    )
+}
+
+/// The cache: one ostree repo plus a record per imported image digest.
+pub struct Cache {
+    pub dir: PathBuf,
+    pub repo: Repo,
+}
+
+/// What an import left in the cache (`<cache>/os/<digest>/import.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportRecord {
+    pub image_digest: String,
+    pub image: String,
+    pub format: OsFormat,
+    pub commit: String,
+    pub labels: BTreeMap<String, String>,
+    /// Legacy images: the `/bootimage.json` found at the image root.
+    pub bootimage_json: Option<String>,
+}
+
+impl Cache {
+    /// Default location: `$XDG_CACHE_HOME/bootimage-gen` (or `~/.cache/...`).
+    pub fn default_dir() -> PathBuf {
+        dirs::cache_dir().unwrap_or_else(|| PathBuf::from("/var/tmp")).join("bootimage-gen")
+    }
+
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating cache dir {}", dir.display()))?;
+        let repo = Repo::open_or_create(&dir.join("repo"), "bare-user")?;
+        Ok(Cache { dir: dir.to_path_buf(), repo })
+    }
+
+    /// A scratch dir inside the cache (same filesystem), removed on drop.
+    pub fn tempdir(&self) -> Result<tempfile::TempDir> {
+        let t = self.dir.join("tmp");
+        std::fs::create_dir_all(&t)?;
+        tempfile::Builder::new().prefix("work-").tempdir_in(&t).context("creating a scratch dir in the cache")
+    }
+
+    fn record_path(&self, digest: &str) -> PathBuf {
+        self.dir.join("os").join(digest.replace(':', "-")).join("import.json")
+    }
+
+    /// The ref that keeps an imported image's commit alive.
+    pub fn image_ref(digest: &str) -> String {
+        format!("bootimage-gen/os/{}", digest.replace(':', "-"))
+    }
+
+    /// A previous import of this digest whose commit is still present.
+    pub fn lookup(&self, digest: &str) -> Option<ImportRecord> {
+        let t = std::fs::read(self.record_path(digest)).ok()?;
+        let r: ImportRecord = serde_json::from_slice(&t).ok()?;
+        self.repo.has_commit(&r.commit).then_some(r)
+    }
+
+    fn store(&self, rec: &ImportRecord) -> Result<()> {
+        self.repo.set_ref(&Self::image_ref(&rec.image_digest), &rec.commit)?;
+        let p = self.record_path(&rec.image_digest);
+        std::fs::create_dir_all(p.parent().unwrap_or(&self.dir))?;
+        let tmp = p.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(rec)?)?;
+        std::fs::rename(&tmp, &p)?;
+        Ok(())
+    }
+}
+
+/// Import the OS image (or reuse a previous import of the same digest).
+/// Returns the record and whether it came from the cache.
+pub async fn import(cache: &Cache, fetcher: &Fetcher, img: &Image, format: OsFormat) -> Result<(ImportRecord, bool)> {
+    if let Some(rec) = cache.lookup(&img.digest) {
+        return Ok((rec, true));
+    }
+    let labels = img.labels();
+    let rec = match format {
+        OsFormat::OstreeNative => import_native(cache, fetcher, img, labels).await?,
+        OsFormat::Legacy => import_legacy(cache, fetcher, img, labels).await?,
+    };
+    cache.store(&rec)?;
+    Ok((rec, false))
+}
+
+async fn import_native(cache: &Cache, fetcher: &Fetcher, img: &Image, labels: BTreeMap<String, String>) -> Result<ImportRecord> {
+    use ostree_ext::container::{store, OstreeImageReference};
+    let imgref = OstreeImageReference::try_from(format!("ostree-unverified-image:{}", img.reference.to_transport_string()).as_str())
+        .with_context(|| format!("OS image reference {}", img.reference))?;
+    let repo = ostree_ext::ostree::Repo::new_for_path(&cache.repo.path);
+    repo.open(ostree_ext::gio::Cancellable::NONE).context("opening the cache repo")?;
+    let cfg = ostree_ext::containers_image_proxy::ImageProxyConfig {
+        authfile: fetcher.opts.authfile.clone(),
+        certificate_directory: fetcher.opts.cert_dir.clone(),
+        insecure_skip_tls_verification: Some(fetcher.opts.insecure),
+        ..Default::default()
+    };
+    let mut imp = store::ImageImporter::new(&repo, &imgref, cfg).await.with_context(|| format!("importing OS image {}", img.reference))?;
+    imp.disable_gc();
+    let state = match imp.prepare().await.with_context(|| format!("importing OS image {}", img.reference))? {
+        store::PrepareResult::AlreadyPresent(s) => s,
+        store::PrepareResult::Ready(p) => {
+            tracing::info!("importing {} layer(s) of {}", p.layers_to_fetch().count(), img.reference);
+            imp.import(p).await.map_err(|e| anyhow!("importing OS image {}: {e:#}", img.reference))?
+        }
+    };
+    if state.manifest_digest.to_string() != img.digest {
+        bail!(
+            "OS image {} changed while importing (digest {} then {}): retry",
+            img.reference,
+            img.digest,
+            state.manifest_digest
+        );
+    }
+    Ok(ImportRecord {
+        image_digest: img.digest.clone(),
+        image: img.reference.to_string(),
+        format: OsFormat::OstreeNative,
+        commit: state.merge_commit.clone(),
+        labels,
+        bootimage_json: None,
+    })
+}
+
+fn is_checksum(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+async fn import_legacy(cache: &Cache, fetcher: &Fetcher, img: &Image, labels: BTreeMap<String, String>) -> Result<ImportRecord> {
+    let what = img.reference.to_string();
+    let commit = labels.get(LABEL_LEGACY_COMMIT).cloned().unwrap_or_default();
+    if !is_checksum(&commit) {
+        bail!("legacy OS image {what}: label {LABEL_LEGACY_COMMIT}='{commit}' is not an ostree commit checksum");
+    }
+    let work = cache.tempdir()?;
+    let root = work.path().join("root");
+    std::fs::create_dir_all(&root)?;
+    let keep = |p: &Path| p.starts_with(LEGACY_REPO_DIR) || p == Path::new("bootimage.json") || p == Path::new("srv");
+    for (i, layer) in img.manifest.layers().iter().enumerate() {
+        let blob = work.path().join(format!("layer-{i}"));
+        fetcher.fetch_blob_to(img, layer, &blob).await?;
+        let r = root.clone();
+        let b = blob.clone();
+        tokio::task::spawn_blocking(move || layers::extract(&b, &r, &keep))
+            .await?
+            .with_context(|| format!("legacy OS image {what}: layer {} is unsafe or unreadable", layer.digest()))?;
+        std::fs::remove_file(&blob).ok();
+    }
+    let srcrepo = root.join(LEGACY_REPO_DIR);
+    if !srcrepo.join("config").is_file() {
+        bail!("legacy OS image {what} has no ostree repo at /{LEGACY_REPO_DIR}");
+    }
+    let src = Repo { path: srcrepo.clone() };
+    if !src.has_commit(&commit) {
+        bail!("legacy OS image {what}: its label says commit {commit}, but /{LEGACY_REPO_DIR} does not contain that commit");
+    }
+    cache.repo.pull_local(&srcrepo, &commit)?;
+    let bootimage_json = std::fs::read_to_string(root.join("bootimage.json")).ok();
+    Ok(ImportRecord {
+        image_digest: img.digest.clone(),
+        image: what,
+        format: OsFormat::Legacy,
+        commit,
+        labels,
+        bootimage_json,
+    })
+}
+
+/// What the imported OS says about itself.
+#[derive(Debug, Clone, Serialize)]
+pub struct OsInfo {
+    pub commit: String,
+    pub version: String,
+    pub timestamp: i64,
+    pub kernel_version: String,
+    pub osname: String,
+    /// Where `osname` came from (label, commit metadata or os-release).
+    pub osname_source: String,
+    pub os_release: BTreeMap<String, String>,
+    pub config: OsBootConfig,
+}
+
+/// Parse os-release text.
+pub fn parse_os_release(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            if l.starts_with('#') {
+                return None;
+            }
+            let (k, v) = l.split_once('=')?;
+            Some((k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+        })
+        .collect()
+}
+
+/// Read the OS's identity and configuration from the imported commit.
+pub fn read_os_info(repo: &Repo, rec: &ImportRecord) -> Result<OsInfo> {
+    let c = &rec.commit;
+    let what = &rec.image;
+    let mods = repo
+        .list_dir(c, "/usr/lib/modules")?
+        .ok_or_else(|| anyhow!("OS image {what} has no /usr/lib/modules: it is not a bootable OS (no kernel)"))?;
+    let mut kernels = Vec::new();
+    for (is_dir, name) in mods.iter().filter(|(d, _)| *d) {
+        let _ = is_dir;
+        if repo.read_file(c, &format!("/usr/lib/modules/{name}/vmlinuz"))?.is_some() {
+            kernels.push(name.clone());
+        }
+    }
+    let kernel_version = match kernels.len() {
+        0 => bail!("OS image {what} has no kernel: no /usr/lib/modules/<version>/vmlinuz"),
+        1 => kernels.remove(0),
+        _ => bail!("OS image {what} has {} kernels in /usr/lib/modules ({}); expected one", kernels.len(), kernels.join(", ")),
+    };
+    let os_release = repo
+        .read_file(c, "/usr/lib/os-release")?
+        .or(repo.read_file(c, "/usr/etc/os-release")?)
+        .map(|b| parse_os_release(&String::from_utf8_lossy(&b)))
+        .unwrap_or_default();
+    let version = repo
+        .metadata_string(c, "version")?
+        .or_else(|| rec.labels.get("org.opencontainers.image.version").cloned())
+        .or_else(|| rec.labels.get("version").cloned())
+        .or_else(|| os_release.get("OSTREE_VERSION").cloned())
+        .ok_or_else(|| anyhow!("OS image {what}: cannot tell its version (no 'version' in the commit metadata or labels)"))?;
+    let (osname, osname_source) = if let Some(n) = rec.labels.get(LABEL_OSNAME) {
+        (n.clone(), format!("label {LABEL_OSNAME}"))
+    } else if let Some(n) = repo.metadata_string(c, "coreos-assembler.osname")? {
+        (n, "commit metadata coreos-assembler.osname".into())
+    } else if let Some(n) = os_release.get("ID") {
+        (n.clone(), "os-release ID".into())
+    } else {
+        bail!("OS image {what}: cannot tell its osname (no {LABEL_OSNAME} label and no os-release ID)")
+    };
+    if osname.is_empty() || osname.contains('/') || osname.contains(char::is_whitespace) {
+        bail!("OS image {what}: osname '{osname}' is not usable as an ostree stateroot");
+    }
+    let image_json = repo.read_file(c, osconfig::IMAGE_JSON)?;
+    let platforms_json = repo.read_file(c, osconfig::PLATFORMS_JSON)?;
+    let has_live = repo.list_dir(c, osconfig::LIVE_DIR)?.is_some_and(|v| !v.is_empty());
+    let config = OsBootConfig::from_files(
+        image_json.as_deref(),
+        platforms_json.as_deref(),
+        rec.bootimage_json.as_deref().map(str::as_bytes),
+        has_live,
+    )
+    .with_context(|| format!("bootimage configuration of OS image {what}"))?;
+    Ok(OsInfo { commit: c.clone(), version, timestamp: repo.timestamp(c)?, kernel_version, osname, osname_source, os_release, config })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn formats_from_labels() {
+        let mut l = BTreeMap::new();
+        assert!(detect_format(&l, "x").is_err());
+        l.insert(LABEL_LEGACY_COMMIT.to_string(), "a".repeat(64));
+        assert_eq!(detect_format(&l, "x").unwrap(), OsFormat::Legacy);
+        l.insert(LABEL_BOOTC.to_string(), "1".into());
+        assert_eq!(detect_format(&l, "x").unwrap(), OsFormat::OstreeNative);
+    }
+    #[test]
+    fn os_release() {
+        let m = parse_os_release("NAME=\"Test OS\"\nID=testos\n# c\nVERSION_ID='1.2'\n");
+        assert_eq!(m["NAME"], "Test OS");
+        assert_eq!(m["VERSION_ID"], "1.2");
+    }
+}

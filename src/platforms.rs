@@ -1,0 +1,58 @@
+//! The platforms of SPEC section 3: artifact, format, ignition platform id,
+//! meta.json key. Source: fedora-coreos-config `platforms.yaml`, cosa
+//! `src/cmd-osbuild`.
+use serde::Serialize;
+
+/// One platform the tool knows.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PlatformSpec {
+    pub name: &'static str,
+    /// File suffix after `<name>-<version>-<platform>.<arch>.` (before compression).
+    pub extension: &'static str,
+    /// What the artifact is.
+    pub format: &'static str,
+    /// `ignition.platform.id` karg value.
+    pub ignition_id: &'static str,
+    /// Compressed with `image.json compressor` on release (SPEC 3).
+    pub compressed: bool,
+    /// Implemented by this version of the tool.
+    pub built: bool,
+}
+
+/// The platform table (x86_64).
+pub const PLATFORMS: &[PlatformSpec] = &[
+    PlatformSpec { name: "metal", extension: "raw", format: "raw disk, 512-byte sectors", ignition_id: "metal", compressed: true, built: false },
+    PlatformSpec { name: "metal4k", extension: "raw", format: "raw disk, 4096-byte sectors", ignition_id: "metal", compressed: true, built: false },
+    PlatformSpec { name: "qemu", extension: "qcow2", format: "qcow2 (compat 1.1)", ignition_id: "qemu", compressed: true, built: false },
+    PlatformSpec { name: "openstack", extension: "qcow2", format: "qcow2 (compat 1.1)", ignition_id: "openstack", compressed: true, built: false },
+    PlatformSpec { name: "aws", extension: "vmdk", format: "VMDK streamOptimized (lsilogic, compat6)", ignition_id: "aws", compressed: true, built: false },
+    PlatformSpec { name: "vmware", extension: "ova", format: "OVA (OVF + streamOptimized VMDK)", ignition_id: "vmware", compressed: false, built: false },
+    PlatformSpec { name: "azure", extension: "vhd", format: "fixed VHD", ignition_id: "azure", compressed: true, built: false },
+    PlatformSpec { name: "gcp", extension: "tar.gz", format: "tar.gz with sparse disk.raw (oldgnu)", ignition_id: "gcp", compressed: false, built: false },
+    PlatformSpec { name: "live", extension: "iso", format: "live ISO + PXE kernel/initramfs/rootfs", ignition_id: "metal", compressed: false, built: false },
+];
+
+/// Look a platform up by name.
+pub fn find(name: &str) -> Option<&'static PlatformSpec> {
+    PLATFORMS.iter().find(|p| p.name == name)
+}
+
+/// Names of all platforms, for error messages.
+pub fn names() -> Vec<&'static str> {
+    PLATFORMS.iter().map(|p| p.name).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn table_is_consistent() {
+        let names = super::names();
+        assert_eq!(names.len(), 9);
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate platform names");
+        assert_eq!(super::find("metal4k").unwrap().ignition_id, "metal");
+        assert!(super::find("nope").is_none());
+    }
+}

@@ -1,0 +1,173 @@
+//! From a release reference to the OS image: read the payload from the last
+//! layer, pick the OS tag, and find the OS image by digest — through IDMS
+//! mirrors first, then next to the release itself (same repository or same
+//! local layout, as `oc adm release mirror` leaves it), then at its pullspec.
+use super::{pinned_amis, Component, Payload, PinnedAmi, MANIFESTS_DIR};
+use crate::image::fetch::{Fetcher, Image};
+use crate::image::idms::Mirrors;
+use crate::image::imageref::{DockerRef, ImageRef};
+use crate::image::{layers, layout};
+use crate::oscontainer::{detect_format, OsFormat};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::path::Path;
+
+/// Largest manifest file read from the release layer.
+const MAX_MANIFEST_FILE: u64 = 64 << 20;
+
+/// The resolved release and OS image.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resolved {
+    pub release_ref: String,
+    pub release_digest: String,
+    pub release_version: String,
+    pub arch: String,
+    pub os_tag: String,
+    /// The pullspec the release names.
+    pub os_pullspec: String,
+    /// Where the OS image was actually read from.
+    pub os_source: String,
+    pub os_digest: String,
+    pub os_format: OsFormat,
+    pub os_labels: std::collections::BTreeMap<String, String>,
+    /// `machine-os` of the tag's build versions annotation.
+    pub os_release_annotation: Option<String>,
+    pub pinned_amis: Vec<PinnedAmi>,
+    /// The stream JSON pinned by the release for the chosen OS (if any).
+    #[serde(skip)]
+    pub stream: Option<serde_json::Value>,
+    #[serde(skip)]
+    pub payload: Option<Payload>,
+}
+
+/// Open the release and read its payload.
+pub async fn read_release(fetcher: &Fetcher, r: &ImageRef, tmp: &Path) -> Result<(Image, Payload)> {
+    let img = fetcher.open(r).await.with_context(|| "reading the release image".to_string())?;
+    let last = img
+        .manifest
+        .layers()
+        .last()
+        .cloned()
+        .ok_or_else(|| anyhow!("{r} is not a release image: it has no layers"))?;
+    let blob = tmp.join("release-layer");
+    fetcher.fetch_blob_to(&img, &last, &blob).await?;
+    let files = layers::read_files(&blob, MANIFESTS_DIR, MAX_MANIFEST_FILE)
+        .with_context(|| format!("{r}: reading release-manifests/ from its last layer"))?;
+    std::fs::remove_file(&blob).ok();
+    let payload = Payload::from_files(&files).with_context(|| format!("{r}"))?;
+    Ok((img, payload))
+}
+
+/// The places to look for a component, in order.
+fn candidates(release: &ImageRef, comp: &DockerRef, mirrors: Option<&Mirrors>) -> Result<Vec<ImageRef>> {
+    let digest = comp.digest.clone();
+    let mut out = Vec::new();
+    let mut contact_source = true;
+    if let Some(m) = mirrors {
+        let (c, src) = m.candidates(comp);
+        out.extend(c.into_iter().map(ImageRef::Docker));
+        contact_source = src;
+    }
+    if let Some(d) = &digest {
+        match release {
+            ImageRef::Docker(rel) => out.push(ImageRef::Docker(rel.with_digest(d))),
+            ImageRef::Oci { path, .. } => {
+                if let Some(tag) = layout::tag_for_digest(path, false, d)? {
+                    out.push(ImageRef::Oci { path: path.clone(), tag: Some(tag) });
+                }
+            }
+            ImageRef::OciArchive { path, .. } => {
+                if let Some(tag) = layout::tag_for_digest(path, true, d)? {
+                    out.push(ImageRef::OciArchive { path: path.clone(), tag: Some(tag) });
+                }
+            }
+            ImageRef::DockerArchive { .. } => {}
+        }
+    }
+    if contact_source {
+        out.push(ImageRef::Docker(comp.clone()));
+    }
+    let mut dedup = Vec::new();
+    for c in out {
+        if !dedup.contains(&c) {
+            dedup.push(c);
+        }
+    }
+    Ok(dedup)
+}
+
+/// Find and open the OS image of a release.
+pub async fn open_component(fetcher: &Fetcher, release: &ImageRef, comp: &Component, mirrors: Option<&Mirrors>) -> Result<Image> {
+    let pull = DockerRef::parse(&comp.pullspec).with_context(|| format!("release tag {} has an invalid pullspec", comp.tag))?;
+    let Some(want) = pull.digest.clone() else {
+        bail!("release tag {} names {} by tag, not by digest: a release must pin its images by digest", comp.tag, comp.pullspec);
+    };
+    let mut tried = Vec::new();
+    for cand in candidates(release, &pull, mirrors)? {
+        match fetcher.open(&cand).await {
+            Ok(img) => {
+                if img.digest != want {
+                    tried.push(format!("{cand}: has digest {} instead of {want}", img.digest));
+                    continue;
+                }
+                return Ok(img);
+            }
+            Err(e) => {
+                tracing::debug!("OS image not at {cand}: {e:#}");
+                tried.push(format!("{e:#}"));
+            }
+        }
+    }
+    bail!("OS image {} (release tag {}) was not found; tried: {}", comp.pullspec, comp.tag, tried.join("; "))
+}
+
+/// Resolve the release and its OS image.
+pub async fn resolve(fetcher: &Fetcher, r: &ImageRef, mirrors: Option<&Mirrors>, os_stream: Option<&str>, tmp: &Path) -> Result<(Resolved, Image)> {
+    let (rel, payload) = read_release(fetcher, r, tmp).await?;
+    let arch = rel.coreos_arch();
+    let comp = payload.os_component(os_stream)?.clone();
+    let os = open_component(fetcher, r, &comp, mirrors).await?;
+    let labels = os.labels();
+    let format = detect_format(&labels, &format!("OS image {} (release tag {})", comp.pullspec, comp.tag))?;
+    let stream = payload.stream_for(&comp.tag).cloned();
+    let amis = stream.as_ref().map(|s| pinned_amis(s, &arch)).unwrap_or_default();
+    let resolved = Resolved {
+        release_ref: r.to_string(),
+        release_digest: rel.digest.clone(),
+        release_version: payload.version.clone(),
+        arch,
+        os_tag: comp.tag.clone(),
+        os_pullspec: comp.pullspec.clone(),
+        os_source: os.reference.to_string(),
+        os_digest: os.digest.clone(),
+        os_format: format,
+        os_labels: labels,
+        os_release_annotation: comp.machine_os.clone(),
+        pinned_amis: amis,
+        stream,
+        payload: Some(payload),
+    };
+    fetcher.close(rel).await.ok();
+    Ok((resolved, os))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    #[test]
+    fn candidate_order() {
+        let rel = ImageRef::parse("127.0.0.1:5000/ocp/release:4.18").unwrap();
+        let comp = DockerRef::parse(&format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev@{D}")).unwrap();
+        let m = Mirrors::parse("kind: ImageDigestMirrorSet\nspec:\n  imageDigestMirrors:\n  - source: quay.io/openshift-release-dev/ocp-v4.0-art-dev\n    mirrors: [mirror.local/art]\n").unwrap();
+        let c: Vec<String> = candidates(&rel, &comp, Some(&m)).unwrap().iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            c,
+            vec![
+                format!("docker://mirror.local/art@{D}"),
+                format!("docker://127.0.0.1:5000/ocp/release@{D}"),
+                format!("docker://quay.io/openshift-release-dev/ocp-v4.0-art-dev@{D}"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The one wrapper for external commands: logs the command line, captures
+//! stderr, and puts its tail into the error so failures explain themselves.
+use anyhow::{bail, Context, Result};
+use std::ffi::OsStr;
+use std::process::{Command, Stdio};
+
+/// How many trailing stderr lines go into an error message.
+const STDERR_TAIL_LINES: usize = 12;
+
+/// Render a command line for logs and errors.
+pub fn render(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        let a = a.to_string_lossy();
+        if a.contains(' ') || a.is_empty() {
+            s.push_str(&format!(" '{a}'"));
+        } else {
+            s.push(' ');
+            s.push_str(&a);
+        }
+    }
+    s
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(STDERR_TAIL_LINES);
+    lines[start..].join("\n")
+}
+
+/// Build a command from a program and arguments.
+pub fn new<I, S>(program: &str, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut c = Command::new(program);
+    c.args(args);
+    c
+}
+
+/// Run a command to completion; on failure the error names the command, its
+/// exit status and the tail of its stderr. Returns stdout.
+pub fn run(cmd: &mut Command) -> Result<Vec<u8>> {
+    let line = render(cmd);
+    tracing::debug!(target: "cmd", "running: {line}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("cannot start `{line}` (is it installed? run scripts/install-deps.sh)"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let t = tail(&err);
+        if t.is_empty() {
+            bail!("`{line}` failed ({})", out.status);
+        }
+        bail!("`{line}` failed ({}):\n{t}", out.status);
+    }
+    Ok(out.stdout)
+}
+
+/// Like [`run`] but returns stdout as a trimmed string.
+pub fn run_str(cmd: &mut Command) -> Result<String> {
+    let out = run(cmd)?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// True if `program` is found on PATH.
+pub fn have(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn failing_command_reports_stderr_tail() {
+        let err = run(&mut new("sh", ["-c", "echo first >&2; echo boom >&2; exit 3"])).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("boom"), "{msg}");
+        assert!(msg.contains("exit status: 3"), "{msg}");
+    }
+    #[test]
+    fn missing_program_is_explained() {
+        let err = run(&mut new("definitely-not-a-program-xyz", [""; 0])).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot start"));
+    }
+    #[test]
+    fn stdout_is_returned() {
+        assert_eq!(run_str(&mut new("echo", ["hi"])).unwrap(), "hi");
+    }
+}
