@@ -11,8 +11,17 @@ fn main() {
         (false, 2) => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BOOTIMAGE_GEN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},ostree_ext=warn,containers_image_proxy=warn")));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("BOOTIMAGE_GEN_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!(
+                "{level},ostree_ext=warn,containers_image_proxy=warn"
+            ))
+        });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
     bootimage_gen::util::ui::set_quiet(cli.quiet);
     if let Err(e) = commands::run(cli) {
         if let Some(i) = e.downcast_ref::<commands::Interrupted>() {

@@ -90,32 +90,55 @@ impl ImageConfig {
         };
         let u = |k: &str| -> Result<Setting<u64>> {
             let (v, s) = pick(k);
-            let n = v.as_u64().or_else(|| v.as_str().and_then(|x| x.parse().ok()));
-            let n = n.with_context(|| format!("{source}: '{k}' must be a whole number, got {v}"))?;
-            Ok(Setting { value: n, source: s })
+            let n = v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|x| x.parse().ok()));
+            let n =
+                n.with_context(|| format!("{source}: '{k}' must be a whole number, got {v}"))?;
+            Ok(Setting {
+                value: n,
+                source: s,
+            })
         };
         let st = |k: &str| -> Result<Setting<String>> {
             let (v, s) = pick(k);
-            let x = v.as_str().with_context(|| format!("{source}: '{k}' must be a string, got {v}"))?;
-            Ok(Setting { value: x.to_string(), source: s })
+            let x = v
+                .as_str()
+                .with_context(|| format!("{source}: '{k}' must be a string, got {v}"))?;
+            Ok(Setting {
+                value: x.to_string(),
+                source: s,
+            })
         };
         let b = |k: &str| -> Result<Setting<bool>> {
             let (v, s) = pick(k);
-            let x = v.as_bool().with_context(|| format!("{source}: '{k}' must be true or false, got {v}"))?;
-            Ok(Setting { value: x, source: s })
+            let x = v
+                .as_bool()
+                .with_context(|| format!("{source}: '{k}' must be true or false, got {v}"))?;
+            Ok(Setting {
+                value: x,
+                source: s,
+            })
         };
         let (kv, ks) = pick("extra-kargs");
         let kargs = match kv {
             Value::Array(a) => a
                 .iter()
-                .map(|x| x.as_str().map(String::from).with_context(|| format!("{source}: 'extra-kargs' must be a list of strings")))
+                .map(|x| {
+                    x.as_str().map(String::from).with_context(|| {
+                        format!("{source}: 'extra-kargs' must be a list of strings")
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?,
             Value::String(s) => s.split_whitespace().map(String::from).collect(),
             other => bail!("{source}: 'extra-kargs' must be a list of strings, got {other}"),
         };
         let cfg = ImageConfig {
             size: u("size")?,
-            extra_kargs: Setting { value: kargs, source: ks },
+            extra_kargs: Setting {
+                value: kargs,
+                source: ks,
+            },
             compressor: st("compressor")?,
             vmware_os_type: st("vmware-os-type")?,
             vmware_hw_version: u("vmware-hw-version")?,
@@ -126,13 +149,20 @@ impl ImageConfig {
             live_rootfs_fstype: st("live-rootfs-fstype")?,
         };
         if cfg.size.value == 0 || cfg.size.value > 64 * 1024 {
-            bail!("{source}: 'size' of {} GiB is not a sensible disk size", cfg.size.value);
+            bail!(
+                "{source}: 'size' of {} GiB is not a sensible disk size",
+                cfg.size.value
+            );
         }
         if !COMPRESSORS.iter().any(|(c, _)| *c == cfg.compressor.value) {
             bail!(
                 "{source}: compressor '{}' is not supported (one of: {})",
                 cfg.compressor.value,
-                COMPRESSORS.iter().map(|c| c.0).collect::<Vec<_>>().join(", ")
+                COMPRESSORS
+                    .iter()
+                    .map(|c| c.0)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         Ok(cfg)
@@ -163,9 +193,19 @@ impl Platforms {
             .with_context(|| format!("{source} is not a platforms table ({{arch: {{platform: {{grub_commands, kernel_arguments}}}}}})"))?;
         let arches = arches
             .into_iter()
-            .map(|(a, p)| (a, p.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect()))
+            .map(|(a, p)| {
+                (
+                    a,
+                    p.into_iter()
+                        .map(|(k, v)| (k, v.unwrap_or_default()))
+                        .collect(),
+                )
+            })
             .collect();
-        Ok(Platforms { arches, raw: raw.to_vec() })
+        Ok(Platforms {
+            arches,
+            raw: raw.to_vec(),
+        })
     }
 
     /// The platforms listed for an architecture.
@@ -188,18 +228,28 @@ pub struct OsBootConfig {
 
 impl OsBootConfig {
     /// From the files found in the OS (each `None` when absent).
-    pub fn from_files(image_json: Option<&[u8]>, platforms_json: Option<&[u8]>, legacy: Option<&[u8]>, has_live: bool) -> Result<Self> {
+    pub fn from_files(
+        image_json: Option<&[u8]>,
+        platforms_json: Option<&[u8]>,
+        legacy: Option<&[u8]>,
+        has_live: bool,
+    ) -> Result<Self> {
         let mut sources = Vec::new();
         let mut platforms = None;
         let image = if let Some(raw) = image_json {
             sources.push(IMAGE_JSON.to_string());
-            let v: Value = serde_json::from_slice(raw).with_context(|| format!("{IMAGE_JSON} in the OS is not valid JSON"))?;
+            let v: Value = serde_json::from_slice(raw)
+                .with_context(|| format!("{IMAGE_JSON} in the OS is not valid JSON"))?;
             ImageConfig::from_json(Some(&v), "image.json")?
         } else if let Some(raw) = legacy {
             sources.push(LEGACY_BOOTIMAGE_JSON.to_string());
-            let v: Value = serde_json::from_slice(raw).context("/bootimage.json of the OS image is not valid JSON")?;
+            let v: Value = serde_json::from_slice(raw)
+                .context("/bootimage.json of the OS image is not valid JSON")?;
             if let Some(p) = v.get("platforms") {
-                platforms = Some(Platforms::parse(&serde_json::to_vec(p)?, "bootimage.json platforms")?);
+                platforms = Some(Platforms::parse(
+                    &serde_json::to_vec(p)?,
+                    "bootimage.json platforms",
+                )?);
             }
             let img = v.get("image").unwrap_or(&v);
             ImageConfig::from_json(Some(img), "bootimage.json")?
@@ -210,7 +260,12 @@ impl OsBootConfig {
             sources.push(PLATFORMS_JSON.to_string());
             platforms = Some(Platforms::parse(raw, PLATFORMS_JSON)?);
         }
-        Ok(OsBootConfig { image, platforms, sources, has_live_templates: has_live })
+        Ok(OsBootConfig {
+            image,
+            platforms,
+            sources,
+            has_live_templates: has_live,
+        })
     }
 }
 
@@ -219,7 +274,9 @@ mod tests {
     use super::*;
     #[test]
     fn defaults_are_marked() {
-        let c = ImageConfig::from_json(Some(&json!({"size": 10, "compressor": "xz"})), "image.json").unwrap();
+        let c =
+            ImageConfig::from_json(Some(&json!({"size": 10, "compressor": "xz"})), "image.json")
+                .unwrap();
         assert_eq!(c.size.value, 10);
         assert_eq!(c.size.source, "image.json");
         assert_eq!(c.vmware_hw_version.value, 15);
@@ -231,9 +288,13 @@ mod tests {
     }
     #[test]
     fn bad_values_are_named() {
-        let e = ImageConfig::from_json(Some(&json!({"size": "big"})), "image.json").unwrap_err().to_string();
+        let e = ImageConfig::from_json(Some(&json!({"size": "big"})), "image.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'size'"), "{e}");
-        let e = ImageConfig::from_json(Some(&json!({"compressor": "lz4"})), "image.json").unwrap_err().to_string();
+        let e = ImageConfig::from_json(Some(&json!({"compressor": "lz4"})), "image.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lz4"), "{e}");
         assert!(ImageConfig::from_json(Some(&json!([1])), "image.json").is_err());
     }
@@ -248,7 +309,13 @@ mod tests {
     }
     #[test]
     fn legacy_bootimage_json() {
-        let c = OsBootConfig::from_files(None, None, Some(br#"{"size": 20, "vmware-hw-version": 13}"#), false).unwrap();
+        let c = OsBootConfig::from_files(
+            None,
+            None,
+            Some(br#"{"size": 20, "vmware-hw-version": 13}"#),
+            false,
+        )
+        .unwrap();
         assert_eq!(c.image.size.value, 20);
         assert_eq!(c.image.size.source, "bootimage.json");
         assert_eq!(c.sources, vec!["/bootimage.json"]);

@@ -29,14 +29,19 @@ fn init_layout(dir: &Path) -> Result<()> {
         std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)?;
     }
     if !dir.join("index.json").exists() {
-        std::fs::write(dir.join("index.json"), r#"{"schemaVersion":2,"manifests":[]}"#)?;
+        std::fs::write(
+            dir.join("index.json"),
+            r#"{"schemaVersion":2,"manifests":[]}"#,
+        )?;
     }
     Ok(())
 }
 
 fn write_blob(dir: &Path, data: &[u8]) -> Result<(String, u64)> {
     let d = sha256(data);
-    let p = dir.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
+    let p = dir
+        .join("blobs/sha256")
+        .join(d.trim_start_matches("sha256:"));
     if !p.exists() {
         std::fs::write(&p, data)?;
     }
@@ -45,7 +50,9 @@ fn write_blob(dir: &Path, data: &[u8]) -> Result<(String, u64)> {
 
 fn set_tag(dir: &Path, tag: &str, desc: Value) -> Result<()> {
     let mut index: Value = serde_json::from_slice(&std::fs::read(dir.join("index.json"))?)?;
-    let m = index["manifests"].as_array_mut().context("bad index.json")?;
+    let m = index["manifests"]
+        .as_array_mut()
+        .context("bad index.json")?;
     m.retain(|d| d["annotations"][REF_NAME].as_str() != Some(tag));
     let mut desc = desc;
     desc["annotations"] = json!({ REF_NAME: tag });
@@ -115,7 +122,9 @@ fn add_image(args: &[String]) -> Result<()> {
             _ => usage(),
         }
     }
-    let (Some(layout), Some(tag)) = (layout, tag) else { usage() };
+    let (Some(layout), Some(tag)) = (layout, tag) else {
+        usage()
+    };
     init_layout(&layout)?;
     let mut diff_ids = Vec::new();
     let mut descs = Vec::new();
@@ -135,14 +144,25 @@ fn add_image(args: &[String]) -> Result<()> {
     let (cd, cn) = write_blob(&layout, &serde_json::to_vec(&config)?)?;
     let manifest = json!({"schemaVersion": 2, "mediaType": MT_MANIFEST, "config": {"mediaType": MT_CONFIG, "digest": cd, "size": cn}, "layers": descs});
     let (md, mn) = write_blob(&layout, &serde_json::to_vec(&manifest)?)?;
-    set_tag(&layout, &tag, json!({"mediaType": MT_MANIFEST, "digest": md, "size": mn}))?;
+    set_tag(
+        &layout,
+        &tag,
+        json!({"mediaType": MT_MANIFEST, "digest": md, "size": mn}),
+    )?;
     println!("{md}");
     Ok(())
 }
 
 fn find_tag(layout: &Path, tag: &str) -> Result<Value> {
-    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).with_context(|| format!("{}", layout.display()))?)?;
-    let found = index["manifests"].as_array().and_then(|m| m.iter().find(|d| d["annotations"][REF_NAME].as_str() == Some(tag)).cloned());
+    let index: Value = serde_json::from_slice(
+        &std::fs::read(layout.join("index.json"))
+            .with_context(|| format!("{}", layout.display()))?,
+    )?;
+    let found = index["manifests"].as_array().and_then(|m| {
+        m.iter()
+            .find(|d| d["annotations"][REF_NAME].as_str() == Some(tag))
+            .cloned()
+    });
     match found {
         Some(d) => Ok(d),
         None => {
@@ -172,7 +192,10 @@ fn merge(args: &[String]) -> Result<()> {
             _ => usage(),
         }
     }
-    let (Some(from), Some(from_tag), Some(layout), Some(tag)) = (from, from_tag, layout, tag) else { usage() };
+    let (Some(from), Some(from_tag), Some(layout), Some(tag)) = (from, from_tag, layout, tag)
+    else {
+        usage()
+    };
     init_layout(&layout)?;
     for e in std::fs::read_dir(from.join("blobs/sha256"))? {
         let e = e?;
@@ -205,12 +228,16 @@ fn main() -> Result<()> {
                     _ => usage(),
                 }
             }
-            let (Some(l), Some(t)) = (layout, tag) else { usage() };
+            let (Some(l), Some(t)) = (layout, tag) else {
+                usage()
+            };
             println!("{}", find_tag(&l, &t)?["digest"].as_str().unwrap_or(""));
             Ok(())
         }
         "ostree-ext" => {
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             let it = std::iter::once("ostree-ext".to_string()).chain(args[2..].iter().cloned());
             rt.block_on(ostree_ext::cli::run_from_iter(it))
         }

@@ -9,7 +9,12 @@ use std::path::PathBuf;
 /// OS, reads the bootimage configuration shipped with it, and writes what
 /// coreos-assembler would have published for each platform.
 #[derive(Debug, Parser)]
-#[command(name = "bootimage-gen", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "bootimage-gen",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// More log output on stderr (-v: info, -vv: debug, -vvv: trace).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]

@@ -23,7 +23,8 @@ impl Input {
     /// Validate the options before any side effect.
     pub fn from_args(a: &InputArgs) -> Result<Self> {
         let release = ImageRef::parse(&a.release)?;
-        let fetch = FetchOptions::resolve(a.registry_config.clone(), a.insecure, a.cert_dir.clone())?;
+        let fetch =
+            FetchOptions::resolve(a.registry_config.clone(), a.insecure, a.cert_dir.clone())?;
         let mirrors = a.idms_file.as_deref().map(Mirrors::from_file).transpose()?;
         Ok(Input {
             release,
@@ -50,17 +51,43 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
     let tmp = cache.tempdir()?;
     let fetcher = Fetcher::new(&input.fetch).await?;
     let t = Instant::now();
-    let (resolved, os_img) = resolve::resolve(&fetcher, &input.release, input.mirrors.as_ref(), input.os_stream.as_deref(), tmp.path()).await?;
-    tracing::info!("resolved release {} in {:.1?}", resolved.release_version, t.elapsed());
+    let (resolved, os_img) = resolve::resolve(
+        &fetcher,
+        &input.release,
+        input.mirrors.as_ref(),
+        input.os_stream.as_deref(),
+        tmp.path(),
+    )
+    .await?;
+    tracing::info!(
+        "resolved release {} in {:.1?}",
+        resolved.release_version,
+        t.elapsed()
+    );
     let mut rec = None;
     if let Some(r) = cache.lookup(&resolved.os_digest) {
-        ui::status(format!("OS image {}: reusing the cached import (commit {})", short(&resolved.os_digest), short(&r.commit)));
+        ui::status(format!(
+            "OS image {}: reusing the cached import (commit {})",
+            short(&resolved.os_digest),
+            short(&r.commit)
+        ));
         rec = Some((r, true));
     } else if import {
-        ui::status(format!("OS image {}: importing {} ({} layers)", short(&resolved.os_digest), resolved.os_format, os_img.manifest.layers().len()));
+        ui::status(format!(
+            "OS image {}: importing {} ({} layers)",
+            short(&resolved.os_digest),
+            resolved.os_format,
+            os_img.manifest.layers().len()
+        ));
         let t = Instant::now();
-        let (r, cached) = oscontainer::import(&cache, &fetcher, &os_img, resolved.os_format).await?;
-        ui::status(format!("OS image {}: imported commit {} in {:.1?}", short(&resolved.os_digest), short(&r.commit), t.elapsed()));
+        let (r, cached) =
+            oscontainer::import(&cache, &fetcher, &os_img, resolved.os_format).await?;
+        ui::status(format!(
+            "OS image {}: imported commit {} in {:.1?}",
+            short(&resolved.os_digest),
+            short(&r.commit),
+            t.elapsed()
+        ));
         rec = Some((r, cached));
     }
     fetcher.close(os_img).await.ok();
@@ -69,7 +96,12 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
         Some((r, _)) => Some(oscontainer::read_os_info(&cache.repo, r)?),
         None => None,
     };
-    Ok(Loaded { resolved, import: rec, os, cache })
+    Ok(Loaded {
+        resolved,
+        import: rec,
+        os,
+        cache,
+    })
 }
 
 /// First 12 hex digits of a digest or checksum.

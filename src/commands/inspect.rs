@@ -39,8 +39,12 @@ pub fn document(l: &Loaded) -> Value {
         .map(|o| o.version.clone())
         .or_else(|| label("org.opencontainers.image.version"))
         .or_else(|| label("version"));
-    let kernel = os.map(|o| o.kernel_version.clone()).or_else(|| label(crate::oscontainer::LABEL_OSTREE_LINUX));
-    let osname = os.map(|o| o.osname.clone()).or_else(|| label(crate::oscontainer::LABEL_OSNAME));
+    let kernel = os
+        .map(|o| o.kernel_version.clone())
+        .or_else(|| label(crate::oscontainer::LABEL_OSTREE_LINUX));
+    let osname = os
+        .map(|o| o.osname.clone())
+        .or_else(|| label(crate::oscontainer::LABEL_OSNAME));
     let config = os.map(|o| {
         let i = &o.config.image;
         json!({
@@ -117,35 +121,82 @@ fn print_text(d: &Value) {
     row("version", s(&o["version"]));
     row("kernel", s(&o["kernel"]));
     row("osname", s(&o["osname"]));
-    row("imported", if o["imported"] == true { if o["from-cache"] == true { "yes (cached)".into() } else { "yes".into() } } else { "no (pass --import to read the OS itself)".into() });
+    row(
+        "imported",
+        if o["imported"] == true {
+            if o["from-cache"] == true {
+                "yes (cached)".into()
+            } else {
+                "yes".into()
+            }
+        } else {
+            "no (pass --import to read the OS itself)".into()
+        },
+    );
     match &d["bootimage-config"] {
         Value::Null => println!("Bootimage configuration\n  (not read: pass --import)"),
         c => {
-            let src: Vec<String> = c["sources"].as_array().map(|a| a.iter().map(s).collect()).unwrap_or_default();
-            println!("Bootimage configuration (from {})", if src.is_empty() { "defaults only".into() } else { src.join(", ") });
+            let src: Vec<String> = c["sources"]
+                .as_array()
+                .map(|a| a.iter().map(s).collect())
+                .unwrap_or_default();
+            println!(
+                "Bootimage configuration (from {})",
+                if src.is_empty() {
+                    "defaults only".into()
+                } else {
+                    src.join(", ")
+                }
+            );
             if let Some(m) = c["image"].as_object() {
                 for (k, v) in m {
-                    let mark = if v["default"] == true { "  (default)" } else { "" };
+                    let mark = if v["default"] == true {
+                        "  (default)"
+                    } else {
+                        ""
+                    };
                     row(k, format!("{}{mark}", s(&v["value"])));
                 }
             }
             match c["platforms"].as_object() {
                 Some(p) => {
                     for (arch, plats) in p {
-                        let names: Vec<&String> = plats.as_object().map(|m| m.keys().collect()).unwrap_or_default();
-                        row(&format!("platforms {arch}"), names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "));
+                        let names: Vec<&String> = plats
+                            .as_object()
+                            .map(|m| m.keys().collect())
+                            .unwrap_or_default();
+                        row(
+                            &format!("platforms {arch}"),
+                            names
+                                .iter()
+                                .map(|n| n.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        );
                     }
                 }
                 None => row("platforms", "(none: the OS ships no platforms.json)".into()),
             }
-            row("live templates", if c["live-templates"] == true { "yes".into() } else { "no".into() });
+            row(
+                "live templates",
+                if c["live-templates"] == true {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+            );
         }
     }
     println!("AMIs pinned by the release");
     match d["pinned-amis"].as_array() {
         Some(a) if !a.is_empty() => {
             for x in a {
-                println!("  {:<18} {:<24} release {}", s(&x["region"]), s(&x["image"]), s(&x["release"]));
+                println!(
+                    "  {:<18} {:<24} release {}",
+                    s(&x["region"]),
+                    s(&x["image"]),
+                    s(&x["release"])
+                );
             }
         }
         _ => println!("  (none)"),

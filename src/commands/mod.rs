@@ -18,7 +18,10 @@ pub fn run(cli: Cli) -> Result<()> {
 /// command's future is dropped (its guards and temp dirs clean up) and the
 /// process exits 130 or 143.
 pub fn block_on<T, F: std::future::Future<Output = Result<T>>>(fut: F) -> Result<T> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {

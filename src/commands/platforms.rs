@@ -8,15 +8,25 @@ pub fn run(a: PlatformsArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(PLATFORMS)?);
         return Ok(());
     }
-    println!("{:<10} {:<22} {:<42} {:<10} {}", "PLATFORM", "ARTIFACT", "FORMAT", "IGNITION", "STATUS");
+    println!(
+        "{:<10} {:<22} {:<42} {:<10} STATUS",
+        "PLATFORM", "ARTIFACT", "FORMAT", "IGNITION"
+    );
     for p in PLATFORMS {
         let artifact = if p.name == "live" {
             "live-iso.<arch>.iso +pxe".to_string()
         } else {
             format!("{}.<arch>.{}", p.name, p.extension)
         };
-        let status = if p.built { "supported" } else { "not built yet" };
-        println!("{:<10} {:<22} {:<42} {:<10} {}", p.name, artifact, p.format, p.ignition_id, status);
+        let status = if p.built {
+            "supported"
+        } else {
+            "not built yet"
+        };
+        println!(
+            "{:<10} {:<22} {:<42} {:<10} {}",
+            p.name, artifact, p.format, p.ignition_id, status
+        );
     }
     Ok(())
 }

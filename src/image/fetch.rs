@@ -3,7 +3,9 @@
 //! with every blob checked against its digest and errors that say what to do.
 use super::imageref::ImageRef;
 use anyhow::{anyhow, bail, Context, Result};
-use ostree_ext::containers_image_proxy::{self as proxy, ImageProxy, ImageProxyConfig, OpenedImage};
+use ostree_ext::containers_image_proxy::{
+    self as proxy, ImageProxy, ImageProxyConfig, OpenedImage,
+};
 use ostree_ext::oci_spec::image::{Descriptor, ImageConfiguration, ImageManifest};
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -25,12 +27,22 @@ pub struct FetchOptions {
 impl FetchOptions {
     /// Resolve the credentials file: the explicit one, else `REGISTRY_AUTH_FILE`,
     /// else the usual containers locations (left to containers/image).
-    pub fn resolve(authfile: Option<PathBuf>, insecure: bool, cert_dir: Option<PathBuf>) -> Result<Self> {
-        let authfile = authfile.or_else(|| std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
+    pub fn resolve(
+        authfile: Option<PathBuf>,
+        insecure: bool,
+        cert_dir: Option<PathBuf>,
+    ) -> Result<Self> {
+        let authfile =
+            authfile.or_else(|| std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
         if let Some(a) = &authfile {
-            let text = std::fs::read_to_string(a).with_context(|| format!("registry config {}: cannot read it", a.display()))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("registry config {}: not valid JSON (expected {{\"auths\": {{...}}}})", a.display()))?;
+            let text = std::fs::read_to_string(a)
+                .with_context(|| format!("registry config {}: cannot read it", a.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "registry config {}: not valid JSON (expected {{\"auths\": {{...}}}})",
+                    a.display()
+                )
+            })?;
             if !v.get("auths").is_some_and(|x| x.is_object()) {
                 bail!("registry config {}: no \"auths\" object (expected the containers auth.json / docker config.json format)", a.display());
             }
@@ -40,7 +52,11 @@ impl FetchOptions {
                 bail!("--cert-dir {}: not a directory", d.display());
             }
         }
-        Ok(FetchOptions { authfile, insecure, cert_dir })
+        Ok(FetchOptions {
+            authfile,
+            insecure,
+            cert_dir,
+        })
     }
 
     /// Hosts that have an entry in the credentials file.
@@ -117,20 +133,44 @@ impl Fetcher {
         if !crate::util::cmd::have("skopeo") {
             bail!("skopeo is not installed: it is needed to read images (run scripts/install-deps.sh, or apt-get install skopeo)");
         }
-        let proxy = ImageProxy::new_with_config(opts.proxy_config()).await.context("starting the skopeo image proxy")?;
-        Ok(Fetcher { proxy, opts: opts.clone() })
+        let proxy = ImageProxy::new_with_config(opts.proxy_config())
+            .await
+            .context("starting the skopeo image proxy")?;
+        Ok(Fetcher {
+            proxy,
+            opts: opts.clone(),
+        })
     }
 
     /// Open an image and read its manifest and configuration.
     pub async fn open(&self, r: &ImageRef) -> Result<Image> {
         check_local(r)?;
         let s = r.to_transport_string();
-        let handle = self.proxy.open_image(&s).await.map_err(|e| self.explain(r, e))?;
-        let (digest, raw) = self.proxy.fetch_manifest_raw_oci(&handle).await.map_err(|e| self.explain(r, e))?;
-        let manifest: ImageManifest =
-            serde_json::from_slice(&raw).with_context(|| format!("image {r}: manifest is not a valid OCI/Docker image manifest"))?;
-        let config = self.proxy.fetch_config(&handle).await.map_err(|e| self.explain(r, e))?;
-        Ok(Image { reference: r.clone(), digest, manifest, config, handle })
+        let handle = self
+            .proxy
+            .open_image(&s)
+            .await
+            .map_err(|e| self.explain(r, e))?;
+        let (digest, raw) = self
+            .proxy
+            .fetch_manifest_raw_oci(&handle)
+            .await
+            .map_err(|e| self.explain(r, e))?;
+        let manifest: ImageManifest = serde_json::from_slice(&raw).with_context(|| {
+            format!("image {r}: manifest is not a valid OCI/Docker image manifest")
+        })?;
+        let config = self
+            .proxy
+            .fetch_config(&handle)
+            .await
+            .map_err(|e| self.explain(r, e))?;
+        Ok(Image {
+            reference: r.clone(),
+            digest,
+            manifest,
+            config,
+            handle,
+        })
     }
 
     /// Download a blob to `dest`, verifying its size and digest.
@@ -141,7 +181,8 @@ impl Fetcher {
             .await
             .map_err(|e| self.explain(&img.reference, e))
             .with_context(|| format!("fetching blob {} of {}", desc.digest(), img.reference))?;
-        let mut out = std::fs::File::create(dest).with_context(|| format!("creating {}", dest.display()))?;
+        let mut out =
+            std::fs::File::create(dest).with_context(|| format!("creating {}", dest.display()))?;
         let digest = desc.digest().to_string();
         let copy = async {
             let mut h = Sha256::new();
@@ -168,20 +209,31 @@ impl Fetcher {
         let (n, got) = match (copied, finished) {
             (Ok(v), Ok(())) => v,
             (_, Err(e)) => return Err(blob_err(short_proxy_error(&e.to_string()))),
-            (Err(e), Ok(())) => return Err(e).with_context(|| format!("reading blob {digest} of {}", img.reference)),
+            (Err(e), Ok(())) => {
+                return Err(e)
+                    .with_context(|| format!("reading blob {digest} of {}", img.reference))
+            }
         };
         if digest.starts_with("sha256:") && got != digest {
             return Err(blob_err(format!("its content hashes to {got}")));
         }
         if n != desc.size() {
-            return Err(blob_err(format!("it is {n} bytes, the manifest says {}", desc.size())));
+            return Err(blob_err(format!(
+                "it is {n} bytes, the manifest says {}",
+                desc.size()
+            )));
         }
         out.sync_all().ok();
         Ok(())
     }
 
     /// Read a small blob into memory (verified like [`Fetcher::fetch_blob_to`]).
-    pub async fn read_blob(&self, img: &Image, desc: &Descriptor, tmpdir: &Path) -> Result<Vec<u8>> {
+    pub async fn read_blob(
+        &self,
+        img: &Image,
+        desc: &Descriptor,
+        tmpdir: &Path,
+    ) -> Result<Vec<u8>> {
         let f = tempfile::NamedTempFile::new_in(tmpdir)?;
         self.fetch_blob_to(img, desc, f.path()).await?;
         Ok(std::fs::read(f.path())?)
@@ -189,13 +241,19 @@ impl Fetcher {
 
     /// Close an image.
     pub async fn close(&self, img: Image) -> Result<()> {
-        self.proxy.close_image(&img.handle).await.context("closing image")?;
+        self.proxy
+            .close_image(&img.handle)
+            .await
+            .context("closing image")?;
         Ok(())
     }
 
     /// Stop the proxy.
     pub async fn finish(self) -> Result<()> {
-        self.proxy.finalize().await.context("stopping the skopeo image proxy")?;
+        self.proxy
+            .finalize()
+            .await
+            .context("stopping the skopeo image proxy")?;
         Ok(())
     }
 
@@ -212,9 +270,15 @@ fn check_local(r: &ImageRef) -> Result<()> {
         ImageRef::Oci { path, tag } => {
             if !path.join("index.json").is_file() {
                 if path.exists() {
-                    bail!("{r}: {} is not an OCI image layout (no index.json)", path.display());
+                    bail!(
+                        "{r}: {} is not an OCI image layout (no index.json)",
+                        path.display()
+                    );
                 }
-                bail!("{r}: OCI layout directory {} does not exist", path.display());
+                bail!(
+                    "{r}: OCI layout directory {} does not exist",
+                    path.display()
+                );
             }
             if tag.is_none() {
                 let tags = super::layout::tags_in_dir(path)?;
@@ -240,9 +304,19 @@ fn check_local(r: &ImageRef) -> Result<()> {
 
 /// Strip containers/image's wrapping ("... : ..." chains) to the useful tail.
 fn short_proxy_error(s: &str) -> String {
-    let s = s.trim();
-    let s = s.strip_prefix("Failed to invoke method").map(|x| x.trim()).unwrap_or(s);
-    s.lines().next().unwrap_or(s).to_string()
+    let mut s = s.trim().lines().next().unwrap_or("").trim();
+    // "failed to invoke method OpenImage: failed to invoke method OpenImage: X" -> "X"
+    loop {
+        let low = s.to_lowercase();
+        let Some(rest) = low.strip_prefix("failed to invoke method ") else {
+            break;
+        };
+        match rest.find(": ") {
+            Some(i) => s = s["failed to invoke method ".len() + i + 2..].trim(),
+            None => break,
+        }
+    }
+    s.to_string()
 }
 
 /// Classify a containers/image error message for `r`.
@@ -252,7 +326,10 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
     let detail = short_proxy_error(raw);
     let msg = if low.contains("connection refused") {
         format!("{r}: registry {host} is not reachable (connection refused): is it running, and are host and port right?")
-    } else if low.contains("no such host") || low.contains("server misbehaving") || low.contains("name resolution") {
+    } else if low.contains("no such host")
+        || low.contains("server misbehaving")
+        || low.contains("name resolution")
+    {
         format!("{r}: cannot resolve registry host {host}: check the name, or use --idms-file to point at a mirror")
     } else if low.contains("i/o timeout") || low.contains("deadline exceeded") {
         format!("{r}: registry {host} did not answer (timeout): check the network or use a mirror (--idms-file)")
@@ -260,8 +337,15 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
         format!("{r}: registry {host} speaks plain HTTP: pass --insecure to allow it")
     } else if low.contains("x509") || low.contains("certificate") {
         format!("{r}: the TLS certificate of {host} is not trusted ({detail}): pass --cert-dir DIR holding its CA (*.crt), or --insecure to skip verification")
-    } else if low.contains("unauthorized") || low.contains("authentication required") || low.contains("401") {
-        let have = opts.hosts_with_credentials().iter().any(|h| h.trim_start_matches("https://").trim_start_matches("http://").starts_with(&host));
+    } else if low.contains("unauthorized")
+        || low.contains("authentication required")
+        || low.contains("401")
+    {
+        let have = opts.hosts_with_credentials().iter().any(|h| {
+            h.trim_start_matches("https://")
+                .trim_start_matches("http://")
+                .starts_with(&host)
+        });
         if have {
             format!("{r}: registry {host} rejected the credentials (401 unauthorized): check the entry for {host} in the registry config")
         } else {
@@ -269,11 +353,32 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
         }
     } else if low.contains("denied") || low.contains("403") {
         format!("{r}: access denied by {host} (403): the credentials lack pull rights on this repository")
-    } else if low.contains("manifest unknown") || low.contains("name unknown") || low.contains("not found") || low.contains("no such file") || low.contains("does not exist") {
+    } else if low.contains("no descriptor found for reference") {
+        let tags = match r {
+            ImageRef::Oci { path, .. } => super::layout::tags_in_dir(path)
+                .map(|t| t.join(", "))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        format!("{r}: image not found: no such tag in the layout (tags: {tags})")
+    } else if low.contains("manifest unknown")
+        || low.contains("name unknown")
+        || low.contains("not found")
+        || low.contains("no such file")
+        || low.contains("does not exist")
+    {
         format!("{r}: image not found ({detail})")
-    } else if low.contains("unexpected eof") || low.contains("archive/tar") || low.contains("invalid tar") || low.contains("unexpected end") {
+    } else if low.contains("unexpected eof")
+        || low.contains("archive/tar")
+        || low.contains("invalid tar")
+        || low.contains("unexpected end")
+    {
         format!("{r}: the archive is truncated or corrupt ({detail})")
-    } else if low.contains("digest") && (low.contains("mismatch") || low.contains("did not match") || low.contains("does not match")) {
+    } else if low.contains("digest")
+        && (low.contains("mismatch")
+            || low.contains("did not match")
+            || low.contains("does not match"))
+    {
         format!("{r}: content does not match its digest ({detail}): the image is corrupt or was tampered with")
     } else {
         format!("{r}: {detail}")
@@ -289,14 +394,21 @@ mod tests {
     }
     #[test]
     fn classifies_common_errors() {
-        let o = FetchOptions { authfile: Some("/nonexistent".into()), ..Default::default() };
+        let o = FetchOptions {
+            authfile: Some("/nonexistent".into()),
+            ..Default::default()
+        };
         let e = explain_error(&r(), "pinging container registry 127.0.0.1:5999: Get \"https://127.0.0.1:5999/v2/\": dial tcp 127.0.0.1:5999: connect: connection refused", &o);
         assert!(e.to_string().contains("not reachable"), "{e}");
         let e = explain_error(&r(), "reading manifest 4.18 in 127.0.0.1:5999/ocp/release: manifest unknown: manifest unknown", &o);
         assert!(e.to_string().contains("image not found"), "{e}");
         let e = explain_error(&r(), "http: server gave HTTP response to HTTPS client", &o);
         assert!(e.to_string().contains("--insecure"), "{e}");
-        let e = explain_error(&r(), "reading manifest: unauthorized: authentication required", &o);
+        let e = explain_error(
+            &r(),
+            "reading manifest: unauthorized: authentication required",
+            &o,
+        );
         assert!(e.to_string().contains("requires authentication"), "{e}");
         let e = explain_error(&r(), "x509: certificate signed by unknown authority", &o);
         assert!(e.to_string().contains("--cert-dir"), "{e}");

@@ -46,7 +46,8 @@ impl Mirrors {
     /// Read a YAML file holding one or more ImageDigestMirrorSet or
     /// ImageContentSourcePolicy documents (a `List` is not needed: use `---`).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading IDMS file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading IDMS file {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("IDMS file {}", path.display()))
     }
 
@@ -60,20 +61,28 @@ impl Mirrors {
                 continue;
             }
             docs += 1;
-            let doc: Doc = serde_yaml::from_value(v).context("not an ImageDigestMirrorSet document")?;
+            let doc: Doc =
+                serde_yaml::from_value(v).context("not an ImageDigestMirrorSet document")?;
             match doc.kind.as_deref() {
                 Some("ImageDigestMirrorSet") | Some("ImageContentSourcePolicy") => {}
                 Some(k) => bail!("document of kind '{k}': expected ImageDigestMirrorSet or ImageContentSourcePolicy"),
                 None => bail!("document has no 'kind': expected ImageDigestMirrorSet"),
             }
             let spec = doc.spec.context("ImageDigestMirrorSet has no 'spec'")?;
-            for e in spec.image_digest_mirrors.into_iter().chain(spec.repository_digest_mirrors).flatten() {
+            for e in spec
+                .image_digest_mirrors
+                .into_iter()
+                .chain(spec.repository_digest_mirrors)
+                .flatten()
+            {
                 if e.source.is_empty() {
                     bail!("a mirror entry has an empty 'source'");
                 }
                 for m in &e.mirrors {
                     if m.contains("://") || m.contains('@') {
-                        bail!("mirror '{m}' must be a registry/repository without scheme or digest");
+                        bail!(
+                            "mirror '{m}' must be a registry/repository without scheme or digest"
+                        );
                     }
                 }
                 let never = match e.mirror_source_policy.as_deref() {
@@ -81,7 +90,11 @@ impl Mirrors {
                     Some("NeverContactSource") => true,
                     Some(p) => bail!("unknown mirrorSourcePolicy '{p}' (AllowContactingSource or NeverContactSource)"),
                 };
-                rules.push(MirrorRule { source: e.source, mirrors: e.mirrors, never_contact_source: never });
+                rules.push(MirrorRule {
+                    source: e.source,
+                    mirrors: e.mirrors,
+                    never_contact_source: never,
+                });
             }
         }
         if docs == 0 {
@@ -107,7 +120,10 @@ impl Mirrors {
             .filter(|rule| name == rule.source || name.starts_with(&format!("{}/", rule.source)))
             .map(|rule| rule.source.len())
             .max();
-        for rule in self.rules.iter().filter(|rule| Some(rule.source.len()) == best && (name == rule.source || name.starts_with(&format!("{}/", rule.source)))) {
+        for rule in self.rules.iter().filter(|rule| {
+            Some(rule.source.len()) == best
+                && (name == rule.source || name.starts_with(&format!("{}/", rule.source)))
+        }) {
             let rest = &name[rule.source.len()..];
             for m in &rule.mirrors {
                 if let Ok(mut d) = DockerRef::parse(&format!("{m}{rest}")) {
@@ -157,16 +173,32 @@ spec:
     #[test]
     fn most_specific_source_wins() {
         let m = Mirrors::parse(IDMS).unwrap();
-        let r = DockerRef::parse(&format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev@{D}")).unwrap();
+        let r = DockerRef::parse(&format!(
+            "quay.io/openshift-release-dev/ocp-v4.0-art-dev@{D}"
+        ))
+        .unwrap();
         let (c, src) = m.candidates(&r);
-        assert_eq!(c.iter().map(|d| d.to_string()).collect::<Vec<_>>(), vec![format!("mirror.local:5000/ocp/art@{D}"), format!("backup.local/art@{D}")]);
+        assert_eq!(
+            c.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+            vec![
+                format!("mirror.local:5000/ocp/art@{D}"),
+                format!("backup.local/art@{D}")
+            ]
+        );
         assert!(src);
-        let r = DockerRef::parse(&format!("quay.io/openshift-release-dev/ocp-release@{D}")).unwrap();
+        let r =
+            DockerRef::parse(&format!("quay.io/openshift-release-dev/ocp-release@{D}")).unwrap();
         let (c, src) = m.candidates(&r);
-        assert_eq!(c[0].to_string(), format!("mirror.local:5000/ocp/ocp-release@{D}"));
+        assert_eq!(
+            c[0].to_string(),
+            format!("mirror.local:5000/ocp/ocp-release@{D}")
+        );
         assert!(!src);
         let r = DockerRef::parse(&format!("registry.example.com/x/y@{D}")).unwrap();
-        assert_eq!(m.candidates(&r).0[0].to_string(), format!("other.local/x/y@{D}"));
+        assert_eq!(
+            m.candidates(&r).0[0].to_string(),
+            format!("other.local/x/y@{D}")
+        );
     }
 
     #[test]

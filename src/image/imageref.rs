@@ -20,7 +20,10 @@ pub enum ImageRef {
     /// A tar archive of an OCI image layout.
     OciArchive { path: PathBuf, tag: Option<String> },
     /// A `docker save` archive.
-    DockerArchive { path: PathBuf, reference: Option<String> },
+    DockerArchive {
+        path: PathBuf,
+        reference: Option<String>,
+    },
 }
 
 /// `registry/repository[:tag][@digest]`.
@@ -35,14 +38,19 @@ pub struct DockerRef {
 /// True for `sha256:` followed by 64 lower-case hex digits.
 pub fn is_sha256_digest(s: &str) -> bool {
     s.strip_prefix("sha256:")
-        .map(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .map(|h| {
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
         .unwrap_or(false)
 }
 
 fn valid_tag(t: &str) -> bool {
     !t.is_empty()
         && t.len() <= 128
-        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         && !t.starts_with(['.', '-'])
 }
 
@@ -50,7 +58,8 @@ fn valid_repo(r: &str) -> bool {
     !r.is_empty()
         && r.split('/').all(|c| {
             !c.is_empty()
-                && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
         })
 }
 
@@ -71,7 +80,9 @@ impl DockerRef {
             None => (s, None),
         };
         let (name, tag) = match rest.rfind(':') {
-            Some(i) if !rest[i + 1..].contains('/') => (&rest[..i], Some(rest[i + 1..].to_string())),
+            Some(i) if !rest[i + 1..].contains('/') => {
+                (&rest[..i], Some(rest[i + 1..].to_string()))
+            }
             _ => (rest, None),
         };
         if let Some(t) = &tag {
@@ -80,7 +91,9 @@ impl DockerRef {
             }
         }
         let (registry, repository) = match name.split_once('/') {
-            Some((first, repo)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            Some((first, repo))
+                if first.contains('.') || first.contains(':') || first == "localhost" =>
+            {
                 (first.to_string(), repo.to_string())
             }
             Some(_) => (DEFAULT_REGISTRY.to_string(), name.to_string()),
@@ -92,7 +105,12 @@ impl DockerRef {
         if registry.is_empty() {
             bail!("image reference '{orig}' has an empty registry host");
         }
-        Ok(DockerRef { registry, repository, tag, digest })
+        Ok(DockerRef {
+            registry,
+            repository,
+            tag,
+            digest,
+        })
     }
 
     /// `registry/repository`, the unit IDMS mirrors match on.
@@ -102,7 +120,12 @@ impl DockerRef {
 
     /// The same repository, pinned to a digest.
     pub fn with_digest(&self, digest: &str) -> Self {
-        DockerRef { registry: self.registry.clone(), repository: self.repository.clone(), tag: None, digest: Some(digest.to_string()) }
+        DockerRef {
+            registry: self.registry.clone(),
+            repository: self.repository.clone(),
+            tag: None,
+            digest: Some(digest.to_string()),
+        }
     }
 }
 
@@ -121,7 +144,9 @@ impl fmt::Display for DockerRef {
 /// Split `PATH[:SUFFIX]` where SUFFIX is a tag-like word (no '/').
 fn split_path_tag(s: &str) -> (PathBuf, Option<String>) {
     match s.rfind(':') {
-        Some(i) if !s[i + 1..].contains('/') && !s[i + 1..].is_empty() => (PathBuf::from(&s[..i]), Some(s[i + 1..].to_string())),
+        Some(i) if !s[i + 1..].contains('/') && !s[i + 1..].is_empty() => {
+            (PathBuf::from(&s[..i]), Some(s[i + 1..].to_string()))
+        }
         _ => (PathBuf::from(s), None),
     }
 }
@@ -159,7 +184,15 @@ impl ImageRef {
             return Ok(ImageRef::DockerArchive { path, reference });
         }
         if let Some((t, _)) = s.split_once(':') {
-            if ["containers-storage", "dir", "docker-daemon", "registry", "ostree"].contains(&t) {
+            if [
+                "containers-storage",
+                "dir",
+                "docker-daemon",
+                "registry",
+                "ostree",
+            ]
+            .contains(&t)
+            {
                 bail!("'{s}': transport '{t}:' is not supported; use docker://, oci:, oci-archive: or docker-archive:");
             }
         }
@@ -208,7 +241,10 @@ mod tests {
     #[test]
     fn bare_is_docker() {
         let r = ImageRef::parse("quay.io/openshift-release-dev/ocp-release:4.18.0-x86_64").unwrap();
-        assert_eq!(r.to_string(), "docker://quay.io/openshift-release-dev/ocp-release:4.18.0-x86_64");
+        assert_eq!(
+            r.to_string(),
+            "docker://quay.io/openshift-release-dev/ocp-release:4.18.0-x86_64"
+        );
         let r = ImageRef::parse("127.0.0.1:5000/ocp/release").unwrap();
         assert_eq!(r.registry(), Some("127.0.0.1:5000"));
         let r = ImageRef::parse("busybox").unwrap();
@@ -234,16 +270,31 @@ mod tests {
     fn local_transports() {
         assert_eq!(
             ImageRef::parse("oci:/tmp/layout:release").unwrap(),
-            ImageRef::Oci { path: "/tmp/layout".into(), tag: Some("release".into()) }
+            ImageRef::Oci {
+                path: "/tmp/layout".into(),
+                tag: Some("release".into())
+            }
         );
-        assert_eq!(ImageRef::parse("oci:/tmp/layout").unwrap(), ImageRef::Oci { path: "/tmp/layout".into(), tag: None });
+        assert_eq!(
+            ImageRef::parse("oci:/tmp/layout").unwrap(),
+            ImageRef::Oci {
+                path: "/tmp/layout".into(),
+                tag: None
+            }
+        );
         assert_eq!(
             ImageRef::parse("oci-archive:/x/r.tar:rel").unwrap(),
-            ImageRef::OciArchive { path: "/x/r.tar".into(), tag: Some("rel".into()) }
+            ImageRef::OciArchive {
+                path: "/x/r.tar".into(),
+                tag: Some("rel".into())
+            }
         );
         assert_eq!(
             ImageRef::parse("docker-archive:/x/r.tar").unwrap(),
-            ImageRef::DockerArchive { path: "/x/r.tar".into(), reference: None }
+            ImageRef::DockerArchive {
+                path: "/x/r.tar".into(),
+                reference: None
+            }
         );
         assert!(ImageRef::parse("containers-storage:foo").is_err());
         assert!(ImageRef::parse("oci:").is_err());

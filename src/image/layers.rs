@@ -8,9 +8,14 @@ use std::path::{Component, Path, PathBuf};
 
 /// Open a layer blob as a (decompressed) tar stream.
 pub fn open_layer(blob: &Path) -> Result<tar::Archive<Box<dyn Read>>> {
-    let f = std::fs::File::open(blob).with_context(|| format!("opening layer {}", blob.display()))?;
+    let f =
+        std::fs::File::open(blob).with_context(|| format!("opening layer {}", blob.display()))?;
     let mut r = BufReader::with_capacity(1 << 20, f);
-    let magic = r.fill_buf()?.get(..4).map(|m| m.to_vec()).unwrap_or_default();
+    let magic = r
+        .fill_buf()?
+        .get(..4)
+        .map(|m| m.to_vec())
+        .unwrap_or_default();
     let inner: Box<dyn Read> = if magic.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::bufread::MultiGzDecoder::new(r))
     } else if magic == [0x28, 0xb5, 0x2f, 0xfd] {
@@ -29,11 +34,17 @@ pub fn safe_rel_path(raw: &Path) -> Result<Option<PathBuf>> {
         match c {
             Component::Normal(n) => out.push(n),
             Component::CurDir => {}
-            Component::RootDir | Component::Prefix(_) => bail!("absolute path '{}' in layer", raw.display()),
+            Component::RootDir | Component::Prefix(_) => {
+                bail!("absolute path '{}' in layer", raw.display())
+            }
             Component::ParentDir => bail!("path '{}' in layer climbs out with '..'", raw.display()),
         }
     }
-    Ok(if out.as_os_str().is_empty() { None } else { Some(out) })
+    Ok(if out.as_os_str().is_empty() {
+        None
+    } else {
+        Some(out)
+    })
 }
 
 /// Check that a link target stays inside the root, resolved lexically from
@@ -43,9 +54,17 @@ fn check_link_target(link: &Path, target: &Path, hard: bool) -> Result<()> {
         if hard {
             return Ok(()); // hard link targets are archive paths; checked by safe_rel_path
         }
-        bail!("symlink '{}' points to absolute path '{}', outside the extraction root", link.display(), target.display());
+        bail!(
+            "symlink '{}' points to absolute path '{}', outside the extraction root",
+            link.display(),
+            target.display()
+        );
     }
-    let mut depth: i64 = if hard { 0 } else { link.components().count() as i64 - 1 };
+    let mut depth: i64 = if hard {
+        0
+    } else {
+        link.components().count() as i64 - 1
+    };
     for c in target.components() {
         match c {
             Component::ParentDir => depth -= 1,
@@ -53,7 +72,11 @@ fn check_link_target(link: &Path, target: &Path, hard: bool) -> Result<()> {
             _ => {}
         }
         if depth < 0 {
-            bail!("link '{}' points to '{}', outside the extraction root", link.display(), target.display());
+            bail!(
+                "link '{}' points to '{}', outside the extraction root",
+                link.display(),
+                target.display()
+            );
         }
     }
     Ok(())
@@ -67,7 +90,9 @@ pub fn read_files(blob: &Path, prefix: &str, max_size: u64) -> Result<BTreeMap<S
     for e in ar.entries().context("reading layer")? {
         let mut e = e.context("layer is truncated or not a tar archive")?;
         let raw = e.path()?.into_owned();
-        let Some(p) = safe_rel_path(&raw)? else { continue };
+        let Some(p) = safe_rel_path(&raw)? else {
+            continue;
+        };
         let name = p.to_string_lossy().into_owned();
         if !name.starts_with(prefix) {
             continue;
@@ -76,7 +101,10 @@ pub fn read_files(blob: &Path, prefix: &str, max_size: u64) -> Result<BTreeMap<S
             continue;
         }
         if e.size() > max_size {
-            bail!("{name} in layer is {} bytes, more than the {max_size} allowed", e.size());
+            bail!(
+                "{name} in layer is {} bytes, more than the {max_size} allowed",
+                e.size()
+            );
         }
         let mut buf = Vec::with_capacity(e.size() as usize);
         e.read_to_end(&mut buf).context("layer is truncated")?;
@@ -92,13 +120,18 @@ fn ensure_no_symlink_parents(root: &Path, rel: &Path) -> Result<()> {
         for c in parent.components() {
             cur.push(c);
             match std::fs::symlink_metadata(&cur) {
-                Ok(m) if m.file_type().is_symlink() => bail!("layer entry '{}' would be written through symlink '{}'", rel.display(), cur.display()),
+                Ok(m) if m.file_type().is_symlink() => bail!(
+                    "layer entry '{}' would be written through symlink '{}'",
+                    rel.display(),
+                    cur.display()
+                ),
                 Ok(m) if !m.is_dir() => {
                     std::fs::remove_file(&cur)?;
                     std::fs::create_dir(&cur)?;
                 }
                 Ok(_) => {}
-                Err(_) => std::fs::create_dir(&cur).with_context(|| format!("creating {}", cur.display()))?,
+                Err(_) => std::fs::create_dir(&cur)
+                    .with_context(|| format!("creating {}", cur.display()))?,
             }
         }
     }
@@ -124,7 +157,9 @@ pub fn extract(blob: &Path, root: &Path, keep: &dyn Fn(&Path) -> bool) -> Result
     for e in ar.entries().context("reading layer")? {
         let mut e = e.context("layer is truncated or not a tar archive")?;
         let raw = e.path()?.into_owned();
-        let Some(rel) = safe_rel_path(&raw)? else { continue };
+        let Some(rel) = safe_rel_path(&raw)? else {
+            continue;
+        };
         let kind = e.header().entry_type();
         if let Some(target) = e.link_name()? {
             let hard = kind.is_hard_link();
@@ -133,7 +168,10 @@ pub fn extract(blob: &Path, root: &Path, keep: &dyn Fn(&Path) -> bool) -> Result
                 safe_rel_path(&target)?;
             }
         }
-        let fname = rel.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let fname = rel
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if let Some(victim) = fname.strip_prefix(".wh.") {
             let dir = rel.parent().unwrap_or(Path::new(""));
             if !keep(dir) && !keep(&dir.join(victim)) {
@@ -158,7 +196,10 @@ pub fn extract(blob: &Path, root: &Path, keep: &dyn Fn(&Path) -> bool) -> Result
         ensure_no_symlink_parents(root, &rel)?;
         let dest = root.join(&rel);
         if kind.is_dir() {
-            if std::fs::symlink_metadata(&dest).map(|m| !m.is_dir()).unwrap_or(false) {
+            if std::fs::symlink_metadata(&dest)
+                .map(|m| !m.is_dir())
+                .unwrap_or(false)
+            {
                 remove_any(&dest)?;
             }
             std::fs::create_dir_all(&dest)?;
@@ -170,7 +211,8 @@ pub fn extract(blob: &Path, root: &Path, keep: &dyn Fn(&Path) -> bool) -> Result
             std::fs::hard_link(root.join(&target), &dest)
                 .with_context(|| format!("hard link {} -> {}", rel.display(), target.display()))?;
         } else if kind.is_file() || kind.is_symlink() {
-            e.unpack(&dest).with_context(|| format!("extracting {}", rel.display()))?;
+            e.unpack(&dest)
+                .with_context(|| format!("extracting {}", rel.display()))?;
         } else {
             // devices, fifos: not needed for what we extract
             continue;
@@ -186,7 +228,10 @@ mod tests {
 
     fn layer(entries: &[(&str, tar::EntryType, &str)]) -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
-        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(std::fs::File::create(f.path()).unwrap(), flate2::Compression::fast()));
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+            std::fs::File::create(f.path()).unwrap(),
+            flate2::Compression::fast(),
+        ));
         for (path, kind, data) in entries {
             let mut h = tar::Header::new_gnu();
             h.set_entry_type(*kind);
@@ -230,7 +275,10 @@ mod tests {
         assert!(extract(l.path(), root.path(), &|_| true).is_err());
         // A link that stays inside is fine, but nothing is written through it.
         let outside = tempfile::tempdir().unwrap();
-        let l = layer(&[("srv/in", tar::EntryType::Symlink, "."), ("srv/in/f", tar::EntryType::Regular, "x")]);
+        let l = layer(&[
+            ("srv/in", tar::EntryType::Symlink, "."),
+            ("srv/in/f", tar::EntryType::Regular, "x"),
+        ]);
         let err = extract(l.path(), root.path(), &|_| true).unwrap_err();
         assert!(format!("{err:#}").contains("through symlink"), "{err:#}");
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
@@ -246,7 +294,10 @@ mod tests {
         ]);
         let keep = |p: &Path| p.starts_with("srv");
         extract(l.path(), root.path(), &keep).unwrap();
-        assert_eq!(std::fs::read_to_string(root.path().join("srv/repo/a")).unwrap(), "A");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("srv/repo/a")).unwrap(),
+            "A"
+        );
         assert!(!root.path().join("other").exists());
         let l2 = layer(&[("srv/repo/.wh.a", tar::EntryType::Regular, "")]);
         extract(l2.path(), root.path(), &keep).unwrap();

@@ -16,7 +16,11 @@ fn manifests(index: &Value) -> Vec<(String, Option<String>)> {
             a.iter()
                 .filter_map(|d| {
                     let digest = d.get("digest")?.as_str()?.to_string();
-                    let tag = d.get("annotations").and_then(|x| x.get(REF_NAME)).and_then(|x| x.as_str()).map(String::from);
+                    let tag = d
+                        .get("annotations")
+                        .and_then(|x| x.get(REF_NAME))
+                        .and_then(|x| x.as_str())
+                        .map(String::from);
                     Some((digest, tag))
                 })
                 .collect()
@@ -34,14 +38,20 @@ fn read_dir_index(dir: &Path) -> Result<Value> {
 fn read_archive_index(file: &Path) -> Result<Value> {
     let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut ar = tar::Archive::new(f);
-    for e in ar.entries_with_seek().with_context(|| format!("reading archive {}", file.display()))? {
-        let mut e = e.with_context(|| format!("archive {} is truncated or corrupt", file.display()))?;
+    for e in ar
+        .entries_with_seek()
+        .with_context(|| format!("reading archive {}", file.display()))?
+    {
+        let mut e =
+            e.with_context(|| format!("archive {} is truncated or corrupt", file.display()))?;
         let path = e.path()?.into_owned();
         let name = path.to_string_lossy();
         if name == "index.json" || name == "./index.json" {
             let mut s = Vec::new();
-            e.read_to_end(&mut s).with_context(|| format!("archive {} is truncated or corrupt", file.display()))?;
-            return serde_json::from_slice(&s).with_context(|| format!("index.json in {} is not valid JSON", file.display()));
+            e.read_to_end(&mut s)
+                .with_context(|| format!("archive {} is truncated or corrupt", file.display()))?;
+            return serde_json::from_slice(&s)
+                .with_context(|| format!("index.json in {} is not valid JSON", file.display()));
         }
     }
     anyhow::bail!("{} is not an OCI archive (no index.json)", file.display())
@@ -49,7 +59,10 @@ fn read_archive_index(file: &Path) -> Result<Value> {
 
 /// Tags in a layout directory.
 pub fn tags_in_dir(dir: &Path) -> Result<Vec<String>> {
-    Ok(manifests(&read_dir_index(dir)?).into_iter().filter_map(|(_, t)| t).collect())
+    Ok(manifests(&read_dir_index(dir)?)
+        .into_iter()
+        .filter_map(|(_, t)| t)
+        .collect())
 }
 
 /// Number of manifests in a layout directory.
@@ -60,8 +73,15 @@ pub fn manifest_count_in_dir(dir: &Path) -> Result<usize> {
 /// The tag under which `digest` is stored in a layout directory or archive
 /// (`Ok(None)` when it is not there, or is there without a tag).
 pub fn tag_for_digest(path: &Path, archive: bool, digest: &str) -> Result<Option<String>> {
-    let index = if archive { read_archive_index(path)? } else { read_dir_index(path)? };
-    Ok(manifests(&index).into_iter().find(|(d, t)| d == digest && t.is_some()).and_then(|(_, t)| t))
+    let index = if archive {
+        read_archive_index(path)?
+    } else {
+        read_dir_index(path)?
+    };
+    Ok(manifests(&index)
+        .into_iter()
+        .find(|(d, t)| d == digest && t.is_some())
+        .and_then(|(_, t)| t))
 }
 
 #[cfg(test)]
@@ -75,16 +95,25 @@ mod tests {
             r#"{"schemaVersion":2,"manifests":[{"digest":"sha256:aa","size":1,"mediaType":"x","annotations":{"org.opencontainers.image.ref.name":"release"}},{"digest":"sha256:bb","size":1,"mediaType":"x"}]}"#,
         )
         .unwrap();
-        assert_eq!(tag_for_digest(d.path(), false, "sha256:aa").unwrap().as_deref(), Some("release"));
+        assert_eq!(
+            tag_for_digest(d.path(), false, "sha256:aa")
+                .unwrap()
+                .as_deref(),
+            Some("release")
+        );
         assert_eq!(tag_for_digest(d.path(), false, "sha256:bb").unwrap(), None);
         assert_eq!(tags_in_dir(d.path()).unwrap(), vec!["release"]);
         assert_eq!(manifest_count_in_dir(d.path()).unwrap(), 2);
         // And the same through an archive.
         let ar = d.path().join("a.tar");
         let mut b = tar::Builder::new(std::fs::File::create(&ar).unwrap());
-        b.append_path_with_name(d.path().join("index.json"), "index.json").unwrap();
+        b.append_path_with_name(d.path().join("index.json"), "index.json")
+            .unwrap();
         b.finish().unwrap();
         drop(b);
-        assert_eq!(tag_for_digest(&ar, true, "sha256:aa").unwrap().as_deref(), Some("release"));
+        assert_eq!(
+            tag_for_digest(&ar, true, "sha256:aa").unwrap().as_deref(),
+            Some("release")
+        );
     }
 }

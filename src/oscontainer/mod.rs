@@ -43,7 +43,10 @@ impl std::fmt::Display for OsFormat {
 
 /// Tell the format from the image labels.
 pub fn detect_format(labels: &BTreeMap<String, String>, what: &str) -> Result<OsFormat> {
-    if labels.contains_key(LABEL_OSTREE_COMMIT) || labels.contains_key(LABEL_OSTREE_BOOTABLE) || labels.contains_key(LABEL_BOOTC) {
+    if labels.contains_key(LABEL_OSTREE_COMMIT)
+        || labels.contains_key(LABEL_OSTREE_BOOTABLE)
+        || labels.contains_key(LABEL_BOOTC)
+    {
         return Ok(OsFormat::OstreeNative);
     }
     if labels.contains_key(LABEL_LEGACY_COMMIT) {
@@ -75,24 +78,36 @@ pub struct ImportRecord {
 impl Cache {
     /// Default location: `$XDG_CACHE_HOME/bootimage-gen` (or `~/.cache/...`).
     pub fn default_dir() -> PathBuf {
-        dirs::cache_dir().unwrap_or_else(|| PathBuf::from("/var/tmp")).join("bootimage-gen")
+        dirs::cache_dir()
+            .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+            .join("bootimage-gen")
     }
 
     pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating cache dir {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating cache dir {}", dir.display()))?;
         let repo = Repo::open_or_create(&dir.join("repo"), "bare-user")?;
-        Ok(Cache { dir: dir.to_path_buf(), repo })
+        Ok(Cache {
+            dir: dir.to_path_buf(),
+            repo,
+        })
     }
 
     /// A scratch dir inside the cache (same filesystem), removed on drop.
     pub fn tempdir(&self) -> Result<tempfile::TempDir> {
         let t = self.dir.join("tmp");
         std::fs::create_dir_all(&t)?;
-        tempfile::Builder::new().prefix("work-").tempdir_in(&t).context("creating a scratch dir in the cache")
+        tempfile::Builder::new()
+            .prefix("work-")
+            .tempdir_in(&t)
+            .context("creating a scratch dir in the cache")
     }
 
     fn record_path(&self, digest: &str) -> PathBuf {
-        self.dir.join("os").join(digest.replace(':', "-")).join("import.json")
+        self.dir
+            .join("os")
+            .join(digest.replace(':', "-"))
+            .join("import.json")
     }
 
     /// The ref that keeps an imported image's commit alive.
@@ -108,7 +123,8 @@ impl Cache {
     }
 
     fn store(&self, rec: &ImportRecord) -> Result<()> {
-        self.repo.set_ref(&Self::image_ref(&rec.image_digest), &rec.commit)?;
+        self.repo
+            .set_ref(&Self::image_ref(&rec.image_digest), &rec.commit)?;
         let p = self.record_path(&rec.image_digest);
         std::fs::create_dir_all(p.parent().unwrap_or(&self.dir))?;
         let tmp = p.with_extension("json.tmp");
@@ -120,7 +136,12 @@ impl Cache {
 
 /// Import the OS image (or reuse a previous import of the same digest).
 /// Returns the record and whether it came from the cache.
-pub async fn import(cache: &Cache, fetcher: &Fetcher, img: &Image, format: OsFormat) -> Result<(ImportRecord, bool)> {
+pub async fn import(
+    cache: &Cache,
+    fetcher: &Fetcher,
+    img: &Image,
+    format: OsFormat,
+) -> Result<(ImportRecord, bool)> {
     if let Some(rec) = cache.lookup(&img.digest) {
         return Ok((rec, true));
     }
@@ -133,25 +154,49 @@ pub async fn import(cache: &Cache, fetcher: &Fetcher, img: &Image, format: OsFor
     Ok((rec, false))
 }
 
-async fn import_native(cache: &Cache, fetcher: &Fetcher, img: &Image, labels: BTreeMap<String, String>) -> Result<ImportRecord> {
+async fn import_native(
+    cache: &Cache,
+    fetcher: &Fetcher,
+    img: &Image,
+    labels: BTreeMap<String, String>,
+) -> Result<ImportRecord> {
     use ostree_ext::container::{store, OstreeImageReference};
-    let imgref = OstreeImageReference::try_from(format!("ostree-unverified-image:{}", img.reference.to_transport_string()).as_str())
-        .with_context(|| format!("OS image reference {}", img.reference))?;
+    let imgref = OstreeImageReference::try_from(
+        format!(
+            "ostree-unverified-image:{}",
+            img.reference.to_transport_string()
+        )
+        .as_str(),
+    )
+    .with_context(|| format!("OS image reference {}", img.reference))?;
     let repo = ostree_ext::ostree::Repo::new_for_path(&cache.repo.path);
-    repo.open(ostree_ext::gio::Cancellable::NONE).context("opening the cache repo")?;
+    repo.open(ostree_ext::gio::Cancellable::NONE)
+        .context("opening the cache repo")?;
     let cfg = ostree_ext::containers_image_proxy::ImageProxyConfig {
         authfile: fetcher.opts.authfile.clone(),
         certificate_directory: fetcher.opts.cert_dir.clone(),
         insecure_skip_tls_verification: Some(fetcher.opts.insecure),
         ..Default::default()
     };
-    let mut imp = store::ImageImporter::new(&repo, &imgref, cfg).await.with_context(|| format!("importing OS image {}", img.reference))?;
+    let mut imp = store::ImageImporter::new(&repo, &imgref, cfg)
+        .await
+        .with_context(|| format!("importing OS image {}", img.reference))?;
     imp.disable_gc();
-    let state = match imp.prepare().await.with_context(|| format!("importing OS image {}", img.reference))? {
+    let state = match imp
+        .prepare()
+        .await
+        .with_context(|| format!("importing OS image {}", img.reference))?
+    {
         store::PrepareResult::AlreadyPresent(s) => s,
         store::PrepareResult::Ready(p) => {
-            tracing::info!("importing {} layer(s) of {}", p.layers_to_fetch().count(), img.reference);
-            imp.import(p).await.map_err(|e| anyhow!("importing OS image {}: {e:#}", img.reference))?
+            tracing::info!(
+                "importing {} layer(s) of {}",
+                p.layers_to_fetch().count(),
+                img.reference
+            );
+            imp.import(p)
+                .await
+                .map_err(|e| anyhow!("importing OS image {}: {e:#}", img.reference))?
         }
     };
     if state.manifest_digest.to_string() != img.digest {
@@ -176,7 +221,12 @@ fn is_checksum(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-async fn import_legacy(cache: &Cache, fetcher: &Fetcher, img: &Image, labels: BTreeMap<String, String>) -> Result<ImportRecord> {
+async fn import_legacy(
+    cache: &Cache,
+    fetcher: &Fetcher,
+    img: &Image,
+    labels: BTreeMap<String, String>,
+) -> Result<ImportRecord> {
     let what = img.reference.to_string();
     let commit = labels.get(LABEL_LEGACY_COMMIT).cloned().unwrap_or_default();
     if !is_checksum(&commit) {
@@ -185,7 +235,9 @@ async fn import_legacy(cache: &Cache, fetcher: &Fetcher, img: &Image, labels: BT
     let work = cache.tempdir()?;
     let root = work.path().join("root");
     std::fs::create_dir_all(&root)?;
-    let keep = |p: &Path| p.starts_with(LEGACY_REPO_DIR) || p == Path::new("bootimage.json") || p == Path::new("srv");
+    let keep = |p: &Path| {
+        p.starts_with(LEGACY_REPO_DIR) || p == Path::new("bootimage.json") || p == Path::new("srv")
+    };
     for (i, layer) in img.manifest.layers().iter().enumerate() {
         let blob = work.path().join(format!("layer-{i}"));
         fetcher.fetch_blob_to(img, layer, &blob).await?;
@@ -193,14 +245,21 @@ async fn import_legacy(cache: &Cache, fetcher: &Fetcher, img: &Image, labels: BT
         let b = blob.clone();
         tokio::task::spawn_blocking(move || layers::extract(&b, &r, &keep))
             .await?
-            .with_context(|| format!("legacy OS image {what}: layer {} is unsafe or unreadable", layer.digest()))?;
+            .with_context(|| {
+                format!(
+                    "legacy OS image {what}: layer {} is unsafe or unreadable",
+                    layer.digest()
+                )
+            })?;
         std::fs::remove_file(&blob).ok();
     }
     let srcrepo = root.join(LEGACY_REPO_DIR);
     if !srcrepo.join("config").is_file() {
         bail!("legacy OS image {what} has no ostree repo at /{LEGACY_REPO_DIR}");
     }
-    let src = Repo { path: srcrepo.clone() };
+    let src = Repo {
+        path: srcrepo.clone(),
+    };
     if !src.has_commit(&commit) {
         bail!("legacy OS image {what}: its label says commit {commit}, but /{LEGACY_REPO_DIR} does not contain that commit");
     }
@@ -239,7 +298,10 @@ pub fn parse_os_release(text: &str) -> BTreeMap<String, String> {
                 return None;
             }
             let (k, v) = l.split_once('=')?;
-            Some((k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+            Some((
+                k.to_string(),
+                v.trim_matches(|c| c == '"' || c == '\'').to_string(),
+            ))
         })
         .collect()
 }
@@ -248,20 +310,27 @@ pub fn parse_os_release(text: &str) -> BTreeMap<String, String> {
 pub fn read_os_info(repo: &Repo, rec: &ImportRecord) -> Result<OsInfo> {
     let c = &rec.commit;
     let what = &rec.image;
-    let mods = repo
-        .list_dir(c, "/usr/lib/modules")?
-        .ok_or_else(|| anyhow!("OS image {what} has no /usr/lib/modules: it is not a bootable OS (no kernel)"))?;
+    let mods = repo.list_dir(c, "/usr/lib/modules")?.ok_or_else(|| {
+        anyhow!("OS image {what} has no /usr/lib/modules: it is not a bootable OS (no kernel)")
+    })?;
     let mut kernels = Vec::new();
     for (is_dir, name) in mods.iter().filter(|(d, _)| *d) {
         let _ = is_dir;
-        if repo.read_file(c, &format!("/usr/lib/modules/{name}/vmlinuz"))?.is_some() {
+        if repo
+            .read_file(c, &format!("/usr/lib/modules/{name}/vmlinuz"))?
+            .is_some()
+        {
             kernels.push(name.clone());
         }
     }
     let kernel_version = match kernels.len() {
         0 => bail!("OS image {what} has no kernel: no /usr/lib/modules/<version>/vmlinuz"),
         1 => kernels.remove(0),
-        _ => bail!("OS image {what} has {} kernels in /usr/lib/modules ({}); expected one", kernels.len(), kernels.join(", ")),
+        _ => bail!(
+            "OS image {what} has {} kernels in /usr/lib/modules ({}); expected one",
+            kernels.len(),
+            kernels.join(", ")
+        ),
     };
     let os_release = repo
         .read_file(c, "/usr/lib/os-release")?
@@ -288,7 +357,9 @@ pub fn read_os_info(repo: &Repo, rec: &ImportRecord) -> Result<OsInfo> {
     }
     let image_json = repo.read_file(c, osconfig::IMAGE_JSON)?;
     let platforms_json = repo.read_file(c, osconfig::PLATFORMS_JSON)?;
-    let has_live = repo.list_dir(c, osconfig::LIVE_DIR)?.is_some_and(|v| !v.is_empty());
+    let has_live = repo
+        .list_dir(c, osconfig::LIVE_DIR)?
+        .is_some_and(|v| !v.is_empty());
     let config = OsBootConfig::from_files(
         image_json.as_deref(),
         platforms_json.as_deref(),
@@ -296,7 +367,16 @@ pub fn read_os_info(repo: &Repo, rec: &ImportRecord) -> Result<OsInfo> {
         has_live,
     )
     .with_context(|| format!("bootimage configuration of OS image {what}"))?;
-    Ok(OsInfo { commit: c.clone(), version, timestamp: repo.timestamp(c)?, kernel_version, osname, osname_source, os_release, config })
+    Ok(OsInfo {
+        commit: c.clone(),
+        version,
+        timestamp: repo.timestamp(c)?,
+        kernel_version,
+        osname,
+        osname_source,
+        os_release,
+        config,
+    })
 }
 
 #[cfg(test)]

@@ -14,11 +14,21 @@ impl Repo {
     /// Open `path`, creating it in `mode` when absent.
     pub fn open_or_create(path: &Path, mode: &str) -> Result<Self> {
         if !path.join("config").is_file() {
-            std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
-            cmd::run(&mut cmd::new("ostree", ["init", &format!("--repo={}", path.display()), &format!("--mode={mode}")]))
-                .with_context(|| format!("creating ostree repo {}", path.display()))?;
+            std::fs::create_dir_all(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            cmd::run(&mut cmd::new(
+                "ostree",
+                [
+                    "init",
+                    &format!("--repo={}", path.display()),
+                    &format!("--mode={mode}"),
+                ],
+            ))
+            .with_context(|| format!("creating ostree repo {}", path.display()))?;
         }
-        Ok(Repo { path: path.to_path_buf() })
+        Ok(Repo {
+            path: path.to_path_buf(),
+        })
     }
 
     fn ostree(&self, args: &[&str]) -> std::process::Command {
@@ -48,14 +58,23 @@ impl Repo {
 
     /// Copy a commit from another repo, verifying every object.
     pub fn pull_local(&self, src: &Path, commit: &str) -> Result<()> {
-        cmd::run(&mut self.ostree(&["pull-local", "--untrusted", &src.display().to_string(), commit]))
-            .with_context(|| format!("importing commit {commit} from {}", src.display()))?;
+        cmd::run(&mut self.ostree(&[
+            "pull-local",
+            "--untrusted",
+            &src.display().to_string(),
+            commit,
+        ]))
+        .with_context(|| format!("importing commit {commit} from {}", src.display()))?;
         Ok(())
     }
 
     /// A commit metadata string (`None` when absent).
     pub fn metadata_string(&self, commit: &str, key: &str) -> Result<Option<String>> {
-        match cmd::run_str(&mut self.ostree(&["show", &format!("--print-metadata-key={key}"), commit])) {
+        match cmd::run_str(&mut self.ostree(&[
+            "show",
+            &format!("--print-metadata-key={key}"),
+            commit,
+        ])) {
             Ok(s) => Ok(Some(unquote_gvariant(&s))),
             Err(e) if format!("{e:#}").contains("No such metadata key") => Ok(None),
             Err(e) => Err(e),
@@ -82,7 +101,10 @@ impl Repo {
             Ok(b) => Ok(Some(b)),
             Err(e) => {
                 let m = format!("{e:#}");
-                if m.contains("No such file") || m.contains("not found") || m.contains("Not a regular file") {
+                if m.contains("No such file")
+                    || m.contains("not found")
+                    || m.contains("Not a regular file")
+                {
                     Ok(None)
                 } else {
                     Err(e)
@@ -122,7 +144,9 @@ impl Repo {
 /// `'text'` (GVariant text form) → `text`.
 fn unquote_gvariant(s: &str) -> String {
     let s = s.trim();
-    if s.len() >= 2 && ((s.starts_with('\'') && s.ends_with('\'')) || (s.starts_with('"') && s.ends_with('"'))) {
+    if s.len() >= 2
+        && ((s.starts_with('\'') && s.ends_with('\'')) || (s.starts_with('"') && s.ends_with('"')))
+    {
         s[1..s.len() - 1].replace("\\'", "'")
     } else {
         s.to_string()

@@ -95,7 +95,8 @@ impl Payload {
         let raw = files.get(IMAGE_REFERENCES).ok_or_else(|| {
             anyhow!("not a release image: its last layer has no {IMAGE_REFERENCES} (is this an OpenShift release payload?)")
         })?;
-        let is: ImageStream = serde_json::from_slice(raw).context("release-manifests/image-references is not valid JSON")?;
+        let is: ImageStream = serde_json::from_slice(raw)
+            .context("release-manifests/image-references is not valid JSON")?;
         if is.kind.as_deref() != Some("ImageStream") {
             bail!(
                 "release-manifests/image-references has kind '{}', expected ImageStream (apiVersion image.openshift.io/v1)",
@@ -111,27 +112,46 @@ impl Payload {
             .metadata
             .and_then(|m| m.name)
             .filter(|n| !n.is_empty())
-            .context("release-manifests/image-references has no metadata.name (the release version)")?;
+            .context(
+                "release-manifests/image-references has no metadata.name (the release version)",
+            )?;
         let mut components = Vec::new();
         for t in is.spec.map(|s| s.tags).unwrap_or_default() {
             let Some(from) = t.from else { continue };
             if from.kind.as_deref().is_some_and(|k| k != "DockerImage") {
                 continue;
             }
-            let machine_os = t.annotations.get("io.openshift.build.versions").and_then(|v| {
-                v.split(',').find_map(|kv| kv.trim().strip_prefix("machine-os=").map(String::from))
+            let machine_os = t
+                .annotations
+                .get("io.openshift.build.versions")
+                .and_then(|v| {
+                    v.split(',')
+                        .find_map(|kv| kv.trim().strip_prefix("machine-os=").map(String::from))
+                });
+            components.push(Component {
+                tag: t.name,
+                pullspec: from.name,
+                machine_os,
             });
-            components.push(Component { tag: t.name, pullspec: from.name, machine_os });
         }
         let metadata = match files.get(RELEASE_METADATA) {
-            Some(b) => Some(serde_json::from_slice(b).context("release-manifests/release-metadata is not valid JSON")?),
+            Some(b) => Some(
+                serde_json::from_slice(b)
+                    .context("release-manifests/release-metadata is not valid JSON")?,
+            ),
             None => None,
         };
         let (stream, streams) = match files.get(BOOTIMAGES_CONFIGMAP) {
             Some(b) => parse_bootimages(b)?,
             None => (None, BTreeMap::new()),
         };
-        Ok(Payload { version, components, metadata, stream, streams })
+        Ok(Payload {
+            version,
+            components,
+            metadata,
+            stream,
+            streams,
+        })
     }
 
     /// The OS component: the named stream tag if given, else the first of
@@ -139,10 +159,26 @@ impl Payload {
     pub fn os_component(&self, os_stream: Option<&str>) -> Result<&Component> {
         let tags: Vec<&str> = self.components.iter().map(|c| c.tag.as_str()).collect();
         if let Some(want) = os_stream {
-            return self.components.iter().find(|c| c.tag == want).ok_or_else(|| {
-                let os: Vec<&str> = tags.iter().copied().filter(|t| OS_TAGS.contains(t)).collect();
-                anyhow!("release {} has no OS stream '{want}' (OS tags it carries: {})", self.version, if os.is_empty() { "none".into() } else { os.join(", ") })
-            });
+            return self
+                .components
+                .iter()
+                .find(|c| c.tag == want)
+                .ok_or_else(|| {
+                    let os: Vec<&str> = tags
+                        .iter()
+                        .copied()
+                        .filter(|t| OS_TAGS.contains(t))
+                        .collect();
+                    anyhow!(
+                        "release {} has no OS stream '{want}' (OS tags it carries: {})",
+                        self.version,
+                        if os.is_empty() {
+                            "none".into()
+                        } else {
+                            os.join(", ")
+                        }
+                    )
+                });
         }
         for t in OS_TAGS {
             if let Some(c) = self.components.iter().find(|c| c.tag == t) {
@@ -168,16 +204,25 @@ impl Payload {
     }
 }
 
-fn parse_bootimages(raw: &[u8]) -> Result<(Option<serde_json::Value>, BTreeMap<String, serde_json::Value>)> {
-    let cm: serde_yaml::Value = serde_yaml::from_slice(raw).context("coreos-bootimages ConfigMap is not valid YAML")?;
+fn parse_bootimages(
+    raw: &[u8],
+) -> Result<(
+    Option<serde_json::Value>,
+    BTreeMap<String, serde_json::Value>,
+)> {
+    let cm: serde_yaml::Value =
+        serde_yaml::from_slice(raw).context("coreos-bootimages ConfigMap is not valid YAML")?;
     let data = cm.get("data");
     let stream = match data.and_then(|d| d.get("stream")).and_then(|s| s.as_str()) {
-        Some(s) => Some(serde_json::from_str(s).context("coreos-bootimages data.stream is not valid JSON")?),
+        Some(s) => Some(
+            serde_json::from_str(s).context("coreos-bootimages data.stream is not valid JSON")?,
+        ),
         None => None,
     };
     let mut streams = BTreeMap::new();
     if let Some(s) = data.and_then(|d| d.get("streams")).and_then(|s| s.as_str()) {
-        let v: BTreeMap<String, serde_json::Value> = serde_json::from_str(s).context("coreos-bootimages data.streams is not a JSON object")?;
+        let v: BTreeMap<String, serde_json::Value> = serde_json::from_str(s)
+            .context("coreos-bootimages data.streams is not a JSON object")?;
         streams = v;
     }
     Ok((stream, streams))
@@ -185,7 +230,10 @@ fn parse_bootimages(raw: &[u8]) -> Result<(Option<serde_json::Value>, BTreeMap<S
 
 /// The AMIs a stream pins for `arch`.
 pub fn pinned_amis(stream: &serde_json::Value, arch: &str) -> Vec<PinnedAmi> {
-    let Some(regions) = stream.pointer(&format!("/architectures/{arch}/images/aws/regions")).and_then(|r| r.as_object()) else {
+    let Some(regions) = stream
+        .pointer(&format!("/architectures/{arch}/images/aws/regions"))
+        .and_then(|r| r.as_object())
+    else {
         return Vec::new();
     };
     regions
@@ -194,7 +242,11 @@ pub fn pinned_amis(stream: &serde_json::Value, arch: &str) -> Vec<PinnedAmi> {
             Some(PinnedAmi {
                 region: region.clone(),
                 image: v.get("image")?.as_str()?.to_string(),
-                release: v.get("release").and_then(|r| r.as_str()).unwrap_or("").to_string(),
+                release: v
+                    .get("release")
+                    .and_then(|r| r.as_str())
+                    .unwrap_or("")
+                    .to_string(),
             })
         })
         .collect()
@@ -221,21 +273,40 @@ mod tests {
         let c = p.os_component(None).unwrap();
         assert_eq!(c.tag, "rhel-coreos");
         assert_eq!(c.machine_os.as_deref(), Some("418.94.1"));
-        assert_eq!(p.os_component(Some("rhel-coreos-10")).unwrap().pullspec, "q.io/a/b@sha256:4");
+        assert_eq!(
+            p.os_component(Some("rhel-coreos-10")).unwrap().pullspec,
+            "q.io/a/b@sha256:4"
+        );
         let e = p.os_component(Some("nope")).unwrap_err().to_string();
-        assert!(e.contains("rhel-coreos, machine-os-content, rhel-coreos-10") || e.contains("OS tags"), "{e}");
+        assert!(
+            e.contains("rhel-coreos, machine-os-content, rhel-coreos-10") || e.contains("OS tags"),
+            "{e}"
+        );
     }
 
     #[test]
     fn rejects_non_releases() {
-        let e = Payload::from_files(&BTreeMap::new()).unwrap_err().to_string();
+        let e = Payload::from_files(&BTreeMap::new())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a release image"));
-        let e = Payload::from_files(&files(r#"{"kind":"ConfigMap","metadata":{"name":"x"}}"#)).unwrap_err().to_string();
+        let e = Payload::from_files(&files(r#"{"kind":"ConfigMap","metadata":{"name":"x"}}"#))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("kind 'ConfigMap'"), "{e}");
-        let e = Payload::from_files(&files("not json")).unwrap_err().to_string();
+        let e = Payload::from_files(&files("not json"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not valid JSON"));
-        let p = Payload::from_files(&files(r#"{"kind":"ImageStream","metadata":{"name":"4.1"},"spec":{"tags":[]}}"#)).unwrap();
-        assert!(p.os_component(None).unwrap_err().to_string().contains("has no OS image"));
+        let p = Payload::from_files(&files(
+            r#"{"kind":"ImageStream","metadata":{"name":"4.1"},"spec":{"tags":[]}}"#,
+        ))
+        .unwrap();
+        assert!(p
+            .os_component(None)
+            .unwrap_err()
+            .to_string()
+            .contains("has no OS image"));
     }
 
     #[test]
@@ -245,7 +316,14 @@ mod tests {
         )
         .unwrap();
         let a = pinned_amis(&s, "x86_64");
-        assert_eq!(a, vec![PinnedAmi { region: "us-east-1".into(), image: "ami-1".into(), release: "1".into() }]);
+        assert_eq!(
+            a,
+            vec![PinnedAmi {
+                region: "us-east-1".into(),
+                image: "ami-1".into(),
+                release: "1".into()
+            }]
+        );
         assert!(pinned_amis(&s, "aarch64").is_empty());
     }
 }

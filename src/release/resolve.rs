@@ -42,7 +42,10 @@ pub struct Resolved {
 
 /// Open the release and read its payload.
 pub async fn read_release(fetcher: &Fetcher, r: &ImageRef, tmp: &Path) -> Result<(Image, Payload)> {
-    let img = fetcher.open(r).await.with_context(|| "reading the release image".to_string())?;
+    let img = fetcher
+        .open(r)
+        .await
+        .with_context(|| "reading the release image".to_string())?;
     let last = img
         .manifest
         .layers()
@@ -59,7 +62,11 @@ pub async fn read_release(fetcher: &Fetcher, r: &ImageRef, tmp: &Path) -> Result
 }
 
 /// The places to look for a component, in order.
-fn candidates(release: &ImageRef, comp: &DockerRef, mirrors: Option<&Mirrors>) -> Result<Vec<ImageRef>> {
+fn candidates(
+    release: &ImageRef,
+    comp: &DockerRef,
+    mirrors: Option<&Mirrors>,
+) -> Result<Vec<ImageRef>> {
     let digest = comp.digest.clone();
     let mut out = Vec::new();
     let mut contact_source = true;
@@ -73,12 +80,18 @@ fn candidates(release: &ImageRef, comp: &DockerRef, mirrors: Option<&Mirrors>) -
             ImageRef::Docker(rel) => out.push(ImageRef::Docker(rel.with_digest(d))),
             ImageRef::Oci { path, .. } => {
                 if let Some(tag) = layout::tag_for_digest(path, false, d)? {
-                    out.push(ImageRef::Oci { path: path.clone(), tag: Some(tag) });
+                    out.push(ImageRef::Oci {
+                        path: path.clone(),
+                        tag: Some(tag),
+                    });
                 }
             }
             ImageRef::OciArchive { path, .. } => {
                 if let Some(tag) = layout::tag_for_digest(path, true, d)? {
-                    out.push(ImageRef::OciArchive { path: path.clone(), tag: Some(tag) });
+                    out.push(ImageRef::OciArchive {
+                        path: path.clone(),
+                        tag: Some(tag),
+                    });
                 }
             }
             ImageRef::DockerArchive { .. } => {}
@@ -97,8 +110,14 @@ fn candidates(release: &ImageRef, comp: &DockerRef, mirrors: Option<&Mirrors>) -
 }
 
 /// Find and open the OS image of a release.
-pub async fn open_component(fetcher: &Fetcher, release: &ImageRef, comp: &Component, mirrors: Option<&Mirrors>) -> Result<Image> {
-    let pull = DockerRef::parse(&comp.pullspec).with_context(|| format!("release tag {} has an invalid pullspec", comp.tag))?;
+pub async fn open_component(
+    fetcher: &Fetcher,
+    release: &ImageRef,
+    comp: &Component,
+    mirrors: Option<&Mirrors>,
+) -> Result<Image> {
+    let pull = DockerRef::parse(&comp.pullspec)
+        .with_context(|| format!("release tag {} has an invalid pullspec", comp.tag))?;
     let Some(want) = pull.digest.clone() else {
         bail!("release tag {} names {} by tag, not by digest: a release must pin its images by digest", comp.tag, comp.pullspec);
     };
@@ -107,7 +126,10 @@ pub async fn open_component(fetcher: &Fetcher, release: &ImageRef, comp: &Compon
         match fetcher.open(&cand).await {
             Ok(img) => {
                 if img.digest != want {
-                    tried.push(format!("{cand}: has digest {} instead of {want}", img.digest));
+                    tried.push(format!(
+                        "{cand}: has digest {} instead of {want}",
+                        img.digest
+                    ));
                     continue;
                 }
                 return Ok(img);
@@ -118,19 +140,36 @@ pub async fn open_component(fetcher: &Fetcher, release: &ImageRef, comp: &Compon
             }
         }
     }
-    bail!("OS image {} (release tag {}) was not found; tried: {}", comp.pullspec, comp.tag, tried.join("; "))
+    bail!(
+        "OS image {} (release tag {}) was not found; tried: {}",
+        comp.pullspec,
+        comp.tag,
+        tried.join("; ")
+    )
 }
 
 /// Resolve the release and its OS image.
-pub async fn resolve(fetcher: &Fetcher, r: &ImageRef, mirrors: Option<&Mirrors>, os_stream: Option<&str>, tmp: &Path) -> Result<(Resolved, Image)> {
+pub async fn resolve(
+    fetcher: &Fetcher,
+    r: &ImageRef,
+    mirrors: Option<&Mirrors>,
+    os_stream: Option<&str>,
+    tmp: &Path,
+) -> Result<(Resolved, Image)> {
     let (rel, payload) = read_release(fetcher, r, tmp).await?;
     let arch = rel.coreos_arch();
     let comp = payload.os_component(os_stream)?.clone();
     let os = open_component(fetcher, r, &comp, mirrors).await?;
     let labels = os.labels();
-    let format = detect_format(&labels, &format!("OS image {} (release tag {})", comp.pullspec, comp.tag))?;
+    let format = detect_format(
+        &labels,
+        &format!("OS image {} (release tag {})", comp.pullspec, comp.tag),
+    )?;
     let stream = payload.stream_for(&comp.tag).cloned();
-    let amis = stream.as_ref().map(|s| pinned_amis(s, &arch)).unwrap_or_default();
+    let amis = stream
+        .as_ref()
+        .map(|s| pinned_amis(s, &arch))
+        .unwrap_or_default();
     let resolved = Resolved {
         release_ref: r.to_string(),
         release_digest: rel.digest.clone(),
@@ -158,9 +197,16 @@ mod tests {
     #[test]
     fn candidate_order() {
         let rel = ImageRef::parse("127.0.0.1:5000/ocp/release:4.18").unwrap();
-        let comp = DockerRef::parse(&format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev@{D}")).unwrap();
+        let comp = DockerRef::parse(&format!(
+            "quay.io/openshift-release-dev/ocp-v4.0-art-dev@{D}"
+        ))
+        .unwrap();
         let m = Mirrors::parse("kind: ImageDigestMirrorSet\nspec:\n  imageDigestMirrors:\n  - source: quay.io/openshift-release-dev/ocp-v4.0-art-dev\n    mirrors: [mirror.local/art]\n").unwrap();
-        let c: Vec<String> = candidates(&rel, &comp, Some(&m)).unwrap().iter().map(|c| c.to_string()).collect();
+        let c: Vec<String> = candidates(&rel, &comp, Some(&m))
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
         assert_eq!(
             c,
             vec![

@@ -49,7 +49,9 @@ pub fn run(cmd: &mut Command) -> Result<Vec<u8>> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()
-        .with_context(|| format!("cannot start `{line}` (is it installed? run scripts/install-deps.sh)"))?;
+        .with_context(|| {
+            format!("cannot start `{line}` (is it installed? run scripts/install-deps.sh)")
+        })?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let t = tail(&err);
@@ -79,7 +81,11 @@ mod tests {
     use super::*;
     #[test]
     fn failing_command_reports_stderr_tail() {
-        let err = run(&mut new("sh", ["-c", "echo first >&2; echo boom >&2; exit 3"])).unwrap_err();
+        let err = run(&mut new(
+            "sh",
+            ["-c", "echo first >&2; echo boom >&2; exit 3"],
+        ))
+        .unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains("boom"), "{msg}");
         assert!(msg.contains("exit status: 3"), "{msg}");

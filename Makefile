@@ -1,0 +1,35 @@
+# bootimage-gen — every target installs what it needs first (idempotent).
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all deps build fixtures demo test lint fmt clean
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release --bins
+
+fixtures: build
+	bash fixtures/build.sh
+
+# The main job on the bundled test OS release.
+demo: build
+	bash scripts/demo.sh
+
+lint: deps
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+# Every test: unit, CLI/registry, privileged pipeline and boot tests.
+test: deps lint
+	$(CARGO) test --release -- --test-threads=2
+
+fmt:
+	$(CARGO) fmt
+
+clean:
+	$(CARGO) clean
+	rm -rf .cache bootimages

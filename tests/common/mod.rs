@@ -1,0 +1,261 @@
+//! Shared test support: the fixture release, the CLI binary, and a local
+//! docker-registry (127.0.0.1 only; plain HTTP or TLS + htpasswd) that is
+//! stopped when dropped.
+#![allow(dead_code)]
+use serde_json::Value;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub fn top() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The fixture directory (built once per test binary, cached across runs).
+pub fn fixture() -> &'static (PathBuf, Value) {
+    static F: OnceLock<(PathBuf, Value)> = OnceLock::new();
+    F.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(top().join("fixtures/build.sh"))
+            .env("FIXTURE_TOOL", env!("CARGO_BIN_EXE_bootimage-fixture"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("running fixtures/build.sh");
+        assert!(out.status.success(), "fixtures/build.sh failed");
+        let dir = PathBuf::from(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim()
+                .lines()
+                .last()
+                .unwrap(),
+        );
+        let v: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("fixture.json")).unwrap()).unwrap();
+        (dir, v)
+    })
+}
+
+pub fn fx() -> &'static Value {
+    &fixture().1
+}
+
+pub fn fixture_dir() -> &'static Path {
+    &fixture().0
+}
+
+pub fn oci(tag: &str) -> String {
+    format!("oci:{}:{tag}", fixture_dir().join("oci").display())
+}
+
+pub fn fixture_tool() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bootimage-fixture"))
+}
+
+/// Run the CLI with its own cache dir.
+pub fn run(cache: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+        .args(args)
+        .env("BOOTIMAGE_GEN_CACHE_DIR", cache)
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env("HOME", cache) // no stray credentials from the user's home
+        .output()
+        .expect("running bootimage-gen")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Run and expect success; returns the parsed JSON (for --json) or Null.
+pub fn ok_json(cache: &Path, args: &[&str]) -> Value {
+    let o = run(cache, args);
+    assert!(
+        o.status.success(),
+        "bootimage-gen {args:?} failed:\n{}",
+        stderr(&o)
+    );
+    serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+}
+
+/// Run and expect the failure contract: exit 1, one `error:` line naming
+/// `needle`, no panic or backtrace. Returns the error line.
+pub fn expect_error(cache: &Path, args: &[&str], needle: &str) -> String {
+    let o = run(cache, args);
+    let err = stderr(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected exit 1 for {args:?}, got {:?}\nstderr:\n{err}",
+        o.status.code()
+    );
+    assert!(
+        !err.contains("panicked")
+            && !err.contains("RUST_BACKTRACE")
+            && !err.contains("stack backtrace"),
+        "panic/backtrace:\n{err}"
+    );
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "expected exactly one error line:\n{err}");
+    assert!(
+        lines[0].to_lowercase().contains(&needle.to_lowercase()),
+        "error line does not mention '{needle}':\n{}",
+        lines[0]
+    );
+    assert_cache_clean(cache);
+    lines[0].to_string()
+}
+
+/// Nothing left in the cache's scratch area, and no import record.
+pub fn assert_cache_clean(cache: &Path) {
+    let tmp = cache.join("tmp");
+    if tmp.exists() {
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "scratch dirs left behind: {left:?}");
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A docker-registry on 127.0.0.1.
+pub struct Registry {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub tls: bool,
+    pub user: Option<(String, String)>,
+}
+
+impl Registry {
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+    pub fn cert_dir(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    /// Start plain HTTP (`tls=false`) or TLS with a self-signed CA and htpasswd auth.
+    pub fn start(tls: bool) -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("storage")).unwrap();
+        let mut cfg = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            d.join("storage").display()
+        );
+        let mut user = None;
+        if tls {
+            let certs = d.join("certs");
+            std::fs::create_dir_all(&certs).unwrap();
+            let sh = format!(
+                r#"set -e
+cd {certs}
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=bootimage-gen-test-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' > ext.cnf
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile ext.cnf 2>/dev/null
+htpasswd -Bbn tester s3cret > ../htpasswd
+rm -f server.csr ext.cnf ca.srl
+"#,
+                certs = certs.display()
+            );
+            let st = Command::new("sh").arg("-c").arg(&sh).status().unwrap();
+            assert!(st.success(), "creating test certificates");
+            // skopeo's --cert-dir takes *.crt as CAs and pairs *.cert/*.key as client certs:
+            // keep only the CA there.
+            let server = d.join("server");
+            std::fs::create_dir_all(&server).unwrap();
+            for f in ["server.crt", "server.key", "ca.key"] {
+                std::fs::rename(certs.join(f), server.join(f)).unwrap();
+            }
+            cfg.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                server.join("server.crt").display(),
+                server.join("server.key").display(),
+                d.join("htpasswd").display()
+            ));
+            user = Some(("tester".to_string(), "s3cret".to_string()));
+        }
+        std::fs::write(d.join("config.yml"), cfg).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(d.join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join("registry.log")).unwrap())
+            .spawn()
+            .expect("starting docker-registry (apt-get install docker-registry)");
+        let r = Registry {
+            child,
+            dir,
+            port,
+            tls,
+            user,
+        };
+        let t = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "docker-registry did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        r
+    }
+
+    /// An auth.json for this registry (`password` may be wrong on purpose).
+    pub fn auth_file(&self, password: &str) -> PathBuf {
+        use base64::Engine;
+        let (u, _) = self.user.clone().unwrap_or_default();
+        let tok = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{password}"));
+        let p = self.dir.path().join(format!("auth-{password}.json"));
+        std::fs::write(
+            &p,
+            format!(r#"{{"auths":{{"{}":{{"auth":"{tok}"}}}}}}"#, self.host()),
+        )
+        .unwrap();
+        p
+    }
+
+    /// Push `src` (a containers transport ref) to `repo:tag`, keeping digests.
+    pub fn push(&self, src: &str, repo_tag: &str) {
+        let mut c = Command::new("skopeo");
+        c.args(["copy", "--quiet", "--preserve-digests"]);
+        if self.tls {
+            c.arg(format!("--dest-cert-dir={}", self.cert_dir().display()));
+            let (u, p) = self.user.clone().unwrap();
+            c.arg(format!("--dest-creds={u}:{p}"));
+        } else {
+            c.arg("--dest-tls-verify=false");
+        }
+        c.arg(src)
+            .arg(format!("docker://{}/{repo_tag}", self.host()));
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "push {src} -> {repo_tag}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,723 @@
+//! `inspect` over every transport and both OS formats, on the test release,
+//! plus the bad-input contract (one error line, exit 1, nothing left behind).
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cache() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn check_native(doc: &Value) {
+    let f = fx();
+    assert_eq!(doc["schema"], "bootimage-gen/inspect/v1");
+    assert_eq!(doc["release"]["version"], f["release"]["version"]);
+    assert_eq!(doc["release"]["digest"], f["release"]["digest"]);
+    assert_eq!(doc["release"]["architecture"], "x86_64");
+    assert_eq!(doc["release"]["metadata"]["kind"], "cincinnati-metadata-v0");
+    assert_eq!(doc["os"]["tag"], "rhel-coreos");
+    assert_eq!(doc["os"]["digest"], f["rhel_coreos"]["digest"]);
+    assert_eq!(doc["os"]["format"], "ostree-native");
+    assert_eq!(doc["os"]["version"], f["rhel_coreos"]["version"]);
+    assert_eq!(doc["os"]["kernel"], f["kernel"]);
+    assert_eq!(doc["os"]["osname"], f["osname"]);
+    assert_eq!(doc["os"]["imported"], true);
+    assert!(doc["os"]["commit"].as_str().unwrap().len() == 64);
+    let img = &doc["bootimage-config"]["image"];
+    assert_eq!(img["size"]["value"], 10);
+    assert_eq!(img["size"]["default"], false);
+    assert_eq!(img["vmware-hw-version"]["value"], 17);
+    assert_eq!(img["aws-volume-type"]["value"], "gp3");
+    assert_eq!(img["extra-kargs"]["value"][0], "mitigations=auto,nosmt");
+    let plats = doc["bootimage-config"]["platforms"]["x86_64"]
+        .as_object()
+        .unwrap();
+    assert!(plats.contains_key("qemu") && plats.contains_key("metal"));
+    assert_eq!(
+        plats["qemu"]["kernel_arguments"][1],
+        "console=ttyS0,115200n8"
+    );
+    assert_eq!(doc["bootimage-config"]["live-templates"], true);
+    let amis = doc["pinned-amis"].as_array().unwrap();
+    assert_eq!(amis.len(), 2);
+    assert!(amis
+        .iter()
+        .all(|a| a["release"] == f["pinned_release"]
+            && a["image"].as_str().unwrap().starts_with("ami-")));
+}
+
+#[test]
+fn oci_dir_native_and_cache_reuse() {
+    let c = cache();
+    let doc = ok_json(
+        c.path(),
+        &["inspect", &oci("release"), "--import", "--json"],
+    );
+    check_native(&doc);
+    assert_eq!(doc["os"]["from-cache"], false);
+    // Second run: reused, and says so.
+    let o = run(
+        c.path(),
+        &["inspect", &oci("release"), "--import", "--json"],
+    );
+    assert!(o.status.success());
+    assert!(
+        stderr(&o).contains("reusing the cached import"),
+        "{}",
+        stderr(&o)
+    );
+    let doc2: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc2["os"]["from-cache"], true);
+    assert_eq!(doc2["os"]["commit"], doc["os"]["commit"]);
+    assert_cache_clean(c.path());
+}
+
+#[test]
+fn text_output_names_everything() {
+    let c = cache();
+    let o = run(c.path(), &["inspect", &oci("release"), "--import"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in [
+        "4.18.0-test",
+        "rhel-coreos",
+        "ostree-native",
+        "6.1.0",
+        "testos",
+        "gp3",
+        "us-east-1",
+        "eu-west-1",
+        "metal",
+    ] {
+        assert!(out.contains(needle), "text output lacks {needle}:\n{out}");
+    }
+}
+
+#[test]
+fn without_import_labels_only() {
+    let c = cache();
+    let doc = ok_json(c.path(), &["inspect", &oci("release"), "--json"]);
+    assert_eq!(doc["os"]["imported"], false);
+    assert_eq!(doc["bootimage-config"], Value::Null);
+    assert_eq!(doc["os"]["kernel"], fx()["kernel"]);
+    assert_eq!(doc["os"]["version"], fx()["rhel_coreos"]["version"]);
+}
+
+#[test]
+fn legacy_machine_os_content() {
+    let c = cache();
+    let doc = ok_json(
+        c.path(),
+        &["inspect", &oci("release-legacy"), "--import", "--json"],
+    );
+    let f = fx();
+    assert_eq!(doc["release"]["version"], f["release_legacy"]["version"]);
+    assert_eq!(doc["os"]["tag"], "machine-os-content");
+    assert_eq!(doc["os"]["format"], "legacy");
+    assert_eq!(doc["os"]["commit"], f["machine_os_content"]["commit"]);
+    assert_eq!(doc["os"]["version"], f["machine_os_content"]["version"]);
+    assert_eq!(doc["os"]["kernel"], f["kernel"]);
+    // Configuration from /bootimage.json (size 12 there, 10 in image.json).
+    assert_eq!(doc["bootimage-config"]["sources"][0], "/bootimage.json");
+    assert_eq!(doc["bootimage-config"]["image"]["size"]["value"], 12);
+    assert!(doc["bootimage-config"]["platforms"]["x86_64"]["qemu"].is_object());
+    // The full release also carries machine-os-content; pick it explicitly.
+    let doc = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &oci("release"),
+            "--os-stream",
+            "machine-os-content",
+            "--json",
+        ],
+    );
+    assert_eq!(doc["os"]["format"], "legacy");
+}
+
+#[test]
+fn oci_archive_and_second_stream() {
+    let c = cache();
+    let ar = format!(
+        "oci-archive:{}:release",
+        fixture_dir().join("release.ociarchive").display()
+    );
+    let doc = ok_json(c.path(), &["inspect", &ar, "--import", "--json"]);
+    check_native(&doc);
+    let doc = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &ar,
+            "--os-stream",
+            "rhel-coreos-10",
+            "--import",
+            "--json",
+        ],
+    );
+    assert_eq!(doc["os"]["tag"], "rhel-coreos-10");
+    assert_eq!(doc["os"]["digest"], fx()["rhel_coreos_10"]["digest"]);
+    assert_eq!(doc["os"]["version"], fx()["rhel_coreos_10"]["version"]);
+    expect_error(
+        c.path(),
+        &["inspect", &ar, "--os-stream", "rhel-coreos-11"],
+        "no OS stream 'rhel-coreos-11'",
+    );
+}
+
+fn push_all(reg: &Registry, release_repo: &str, os_repo: &str) {
+    reg.push(&oci("release"), &format!("{release_repo}:4.18.0-test"));
+    reg.push(
+        &oci("release-legacy"),
+        &format!("{release_repo}:4.11.0-test"),
+    );
+    for t in ["rhel-coreos", "rhel-coreos-10", "machine-os-content"] {
+        reg.push(&oci(t), &format!("{os_repo}:{t}"));
+    }
+}
+
+#[test]
+fn registry_plain_http() {
+    let reg = Registry::start(false);
+    // As `oc adm release mirror` leaves it: components in the release's repository.
+    push_all(&reg, "ocp/release", "ocp/release");
+    let c = cache();
+    let rel = format!("{}/ocp/release:4.18.0-test", reg.host());
+    let doc = ok_json(
+        c.path(),
+        &["inspect", &rel, "--insecure", "--import", "--json"],
+    );
+    check_native(&doc);
+    assert!(doc["os"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("docker://{}/ocp/release@sha256:", reg.host())));
+    let doc = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &format!("docker://{}/ocp/release:4.11.0-test", reg.host()),
+            "--insecure",
+            "--import",
+            "--json",
+        ],
+    );
+    assert_eq!(doc["os"]["format"], "legacy");
+    // By digest too.
+    let by_digest = format!(
+        "{}/ocp/release@{}",
+        reg.host(),
+        fx()["release"]["digest"].as_str().unwrap()
+    );
+    let doc = ok_json(c.path(), &["inspect", &by_digest, "--insecure", "--json"]);
+    assert_eq!(doc["release"]["digest"], fx()["release"]["digest"]);
+    // Plain HTTP is refused unless asked.
+    expect_error(c.path(), &["inspect", &rel], "--insecure");
+    // A tag that does not exist.
+    expect_error(
+        c.path(),
+        &[
+            "inspect",
+            &format!("{}/ocp/release:9.9.9", reg.host()),
+            "--insecure",
+        ],
+        "not found",
+    );
+}
+
+#[test]
+fn registry_tls_and_auth() {
+    let reg = Registry::start(true);
+    push_all(&reg, "ocp/release", "ocp/release");
+    let c = cache();
+    let rel = format!("docker://{}/ocp/release:4.18.0-test", reg.host());
+    let cert = reg.cert_dir();
+    let cert = cert.to_str().unwrap();
+    let good = reg.auth_file("s3cret");
+    let doc = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &rel,
+            "--cert-dir",
+            cert,
+            "--registry-config",
+            good.to_str().unwrap(),
+            "--import",
+            "--json",
+        ],
+    );
+    check_native(&doc);
+    // REGISTRY_AUTH_FILE works the same.
+    let o = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+        .args(["inspect", &rel, "--cert-dir", cert])
+        .env("BOOTIMAGE_GEN_CACHE_DIR", c.path())
+        .env("HOME", c.path())
+        .env("REGISTRY_AUTH_FILE", &good)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // No credentials, wrong credentials, untrusted CA.
+    expect_error(
+        c.path(),
+        &["inspect", &rel, "--cert-dir", cert],
+        "requires authentication",
+    );
+    let bad = reg.auth_file("wrong");
+    expect_error(
+        c.path(),
+        &[
+            "inspect",
+            &rel,
+            "--cert-dir",
+            cert,
+            "--registry-config",
+            bad.to_str().unwrap(),
+        ],
+        "rejected the credentials",
+    );
+    expect_error(
+        c.path(),
+        &["inspect", &rel, "--registry-config", good.to_str().unwrap()],
+        "not trusted",
+    );
+    // A registry config that is not JSON.
+    let junk = c.path().join("junk.json");
+    std::fs::write(&junk, "not json").unwrap();
+    expect_error(
+        c.path(),
+        &["inspect", &rel, "--registry-config", junk.to_str().unwrap()],
+        "not valid JSON",
+    );
+}
+
+fn write_idms(dir: &Path, mirror: &str) -> PathBuf {
+    let p = dir.join("idms.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "apiVersion: config.openshift.io/v1\nkind: ImageDigestMirrorSet\nmetadata:\n  name: test\nspec:\n  imageDigestMirrors:\n  - source: {}\n    mirrors:\n    - {mirror}\n",
+            fx()["art_repo"].as_str().unwrap()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn registry_idms_mirror_and_docker_archive() {
+    let reg = Registry::start(false);
+    // Release alone in one repository, OS images only in a mirror repository.
+    reg.push(&oci("release"), "ocp/release:4.18.0-test");
+    for t in ["rhel-coreos", "rhel-coreos-10", "machine-os-content"] {
+        reg.push(&oci(t), &format!("mirror/art-dev:{t}"));
+    }
+    let c = cache();
+    let rel = format!("{}/ocp/release:4.18.0-test", reg.host());
+    // Without the IDMS the OS cannot be found: the error lists where it looked.
+    expect_error(
+        c.path(),
+        &["inspect", &rel, "--insecure"],
+        "was not found; tried",
+    );
+    let idms = write_idms(c.path(), &format!("{}/mirror/art-dev", reg.host()));
+    let doc = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &rel,
+            "--insecure",
+            "--idms-file",
+            idms.to_str().unwrap(),
+            "--import",
+            "--json",
+        ],
+    );
+    check_native(&doc);
+    assert!(doc["os"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("docker://{}/mirror/art-dev@", reg.host())));
+    // docker-archive release + IDMS mirror for its components.
+    let da = format!(
+        "docker-archive:{}",
+        fixture_dir().join("release.dockerarchive").display()
+    );
+    let doc = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &da,
+            "--insecure",
+            "--idms-file",
+            idms.to_str().unwrap(),
+            "--import",
+            "--json",
+        ],
+    );
+    assert_eq!(doc["release"]["version"], "4.18.0-test");
+    assert_eq!(doc["os"]["digest"], fx()["rhel_coreos"]["digest"]);
+    // A malformed IDMS file.
+    let bad = c.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: ConfigMap\n").unwrap();
+    expect_error(
+        c.path(),
+        &["inspect", &rel, "--idms-file", bad.to_str().unwrap()],
+        "ImageDigestMirrorSet",
+    );
+}
+
+// ---- bad input -------------------------------------------------------------
+
+/// A layout in a temp dir holding one "release" image made from `files`.
+fn make_release(dir: &Path, files: &[(&str, &str)], extra_layout: Option<&Path>) -> String {
+    let layout = extra_layout
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| dir.join("oci"));
+    let ld = dir.join("release-layer");
+    for (p, content) in files {
+        let f = ld.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, content).unwrap();
+    }
+    let st = fixture_tool()
+        .args([
+            "add-image",
+            "--layout",
+            layout.to_str().unwrap(),
+            "--tag",
+            "release",
+            "--layer-dir",
+            ld.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    std::fs::remove_dir_all(&ld).unwrap();
+    format!("oci:{}:release", layout.display())
+}
+
+fn refs_json(version: &str, tags: &[(&str, &str)]) -> String {
+    let tags: Vec<Value> = tags
+        .iter()
+        .map(|(n, r)| serde_json::json!({"name": n, "from": {"kind": "DockerImage", "name": r}}))
+        .collect();
+    serde_json::json!({"kind": "ImageStream", "apiVersion": "image.openshift.io/v1", "metadata": {"name": version}, "spec": {"tags": tags}}).to_string()
+}
+
+#[test]
+fn bad_references() {
+    let c = cache();
+    expect_error(c.path(), &["inspect", &oci("no-such-tag")], "not found");
+    expect_error(
+        c.path(),
+        &["inspect", "oci:/nonexistent/layout:release"],
+        "does not exist",
+    );
+    expect_error(
+        c.path(),
+        &["inspect", "oci-archive:/nonexistent.tar"],
+        "does not exist",
+    );
+    expect_error(
+        c.path(),
+        &["inspect", "quay.io/UPPER/case:1"],
+        "not a valid repository name",
+    );
+    expect_error(
+        c.path(),
+        &[
+            "inspect",
+            &format!("oci:{}", fixture_dir().join("oci").display()),
+        ],
+        "name one with",
+    );
+    let port = free_port();
+    expect_error(
+        c.path(),
+        &["inspect", &format!("127.0.0.1:{port}/ocp/release:4.18")],
+        "not reachable",
+    );
+}
+
+#[test]
+fn not_a_release() {
+    let c = cache();
+    // The OS image itself has no release-manifests/.
+    expect_error(
+        c.path(),
+        &["inspect", &oci("rhel-coreos")],
+        "not a release image",
+    );
+    let d = tempfile::tempdir().unwrap();
+    let r = make_release(
+        d.path(),
+        &[(
+            "release-manifests/image-references",
+            r#"{"kind":"ConfigMap","metadata":{"name":"x"}}"#,
+        )],
+        None,
+    );
+    expect_error(c.path(), &["inspect", &r], "kind 'ConfigMap'");
+    let d = tempfile::tempdir().unwrap();
+    let r = make_release(
+        d.path(),
+        &[("release-manifests/image-references", "{not json")],
+        None,
+    );
+    expect_error(c.path(), &["inspect", &r], "not valid JSON");
+    let d = tempfile::tempdir().unwrap();
+    let r = make_release(d.path(), &[("release-manifests/image-references", &refs_json("4.99.0", &[("cli", "quay.io/a/b@sha256:0000000000000000000000000000000000000000000000000000000000000000")]))], None);
+    expect_error(c.path(), &["inspect", &r], "has no OS image");
+}
+
+/// An ostree commit of a tiny tree, in an archive repo at `repo`.
+fn commit_tree(repo: &Path, tree: &Path) -> String {
+    let run = |args: &[&str]| {
+        let o = Command::new("ostree").args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "ostree {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    run(&[
+        "init",
+        &format!("--repo={}", repo.display()),
+        "--mode=archive",
+    ]);
+    run(&[
+        "commit",
+        &format!("--repo={}", repo.display()),
+        "--orphan",
+        &format!("--tree=dir={}", tree.display()),
+        "--add-metadata-string=version=1.0",
+    ])
+}
+
+/// A release (in a fresh layout) whose OS is a legacy image made from `layer_tar` or `layer_dir`.
+fn release_with_legacy_os(d: &Path, layer: (&str, &Path), commit: &str) -> String {
+    let layout = d.join("oci");
+    let o = fixture_tool()
+        .args([
+            "add-image",
+            "--layout",
+            layout.to_str().unwrap(),
+            "--tag",
+            "os",
+            layer.0,
+            layer.1.to_str().unwrap(),
+            "--label",
+            &format!("com.coreos.ostree-commit={commit}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let digest = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let refs = refs_json(
+        "4.99.0",
+        &[("machine-os-content", &format!("quay.io/x/art@{digest}"))],
+    );
+    make_release(
+        d,
+        &[("release-manifests/image-references", &refs)],
+        Some(&layout),
+    )
+}
+
+#[test]
+fn os_without_kernel() {
+    let c = cache();
+    let d = tempfile::tempdir().unwrap();
+    let tree = d.path().join("tree");
+    std::fs::create_dir_all(tree.join("usr/lib")).unwrap();
+    std::fs::write(tree.join("usr/lib/os-release"), "ID=nokernel\n").unwrap();
+    let ld = d.path().join("layer");
+    std::fs::create_dir_all(ld.join("srv")).unwrap();
+    let commit = commit_tree(&ld.join("srv/repo"), &tree);
+    let r = release_with_legacy_os(d.path(), ("--layer-dir", &ld), &commit);
+    expect_error(c.path(), &["inspect", &r, "--import"], "/usr/lib/modules");
+}
+
+#[test]
+fn legacy_label_without_commit() {
+    let c = cache();
+    let d = tempfile::tempdir().unwrap();
+    let tree = d.path().join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    let ld = d.path().join("layer");
+    std::fs::create_dir_all(ld.join("srv")).unwrap();
+    commit_tree(&ld.join("srv/repo"), &tree);
+    let r = release_with_legacy_os(d.path(), ("--layer-dir", &ld), &"ab".repeat(32));
+    expect_error(
+        c.path(),
+        &["inspect", &r, "--import"],
+        "does not contain that commit",
+    );
+}
+
+type Entry<'a> = (&'a str, tar::EntryType, &'a str);
+
+/// Raw tar bytes with entries written as given (unsafe names included).
+fn raw_tar(entries: &[Entry]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, kind, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+        if kind.is_symlink() {
+            h.as_old_mut().linkname[..data.len()].copy_from_slice(data.as_bytes());
+            h.set_size(0);
+            h.set_cksum();
+            b.append(&h, std::io::empty()).unwrap();
+        } else {
+            h.set_size(data.len() as u64);
+            h.set_cksum();
+            b.append(&h, data.as_bytes()).unwrap();
+        }
+    }
+    b.into_inner().unwrap()
+}
+
+#[test]
+fn unsafe_layers_are_rejected() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("pwned");
+    let up = format!(
+        "srv/{}{}",
+        "../".repeat(12),
+        target.display().to_string().trim_start_matches('/')
+    );
+    let cases: Vec<(Vec<Entry>, &str)> = vec![
+        (vec![(up.as_str(), tar::EntryType::Regular, "x")], "'..'"),
+        (
+            vec![(target.to_str().unwrap(), tar::EntryType::Regular, "x")],
+            "absolute path",
+        ),
+        (
+            vec![
+                (
+                    "srv/repo/link",
+                    tar::EntryType::Symlink,
+                    outside.path().to_str().unwrap(),
+                ),
+                ("srv/repo/link/pwned", tar::EntryType::Regular, "x"),
+            ],
+            "outside the extraction root",
+        ),
+        (
+            vec![
+                (
+                    "srv/repo/rel",
+                    tar::EntryType::Symlink,
+                    "../../../../../../../../..",
+                ),
+                ("srv/repo/rel/pwned", tar::EntryType::Regular, "x"),
+            ],
+            "outside the extraction root",
+        ),
+    ];
+    for (entries, needle) in cases {
+        let c = cache();
+        let d = tempfile::tempdir().unwrap();
+        let tarf = d.path().join("layer.tar");
+        std::fs::write(&tarf, raw_tar(&entries)).unwrap();
+        let r = release_with_legacy_os(d.path(), ("--layer-tar", &tarf), &"cd".repeat(32));
+        expect_error(c.path(), &["inspect", &r, "--import"], needle);
+        assert!(
+            !target.exists(),
+            "a file was written outside the extraction root"
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+}
+
+fn copy_layout(dst: &Path) -> PathBuf {
+    let l = dst.join("oci");
+    let st = Command::new("cp")
+        .args([
+            "-a",
+            fixture_dir().join("oci").to_str().unwrap(),
+            l.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    l
+}
+
+#[test]
+fn corrupt_blob_is_detected() {
+    let c = cache();
+    let d = tempfile::tempdir().unwrap();
+    let l = copy_layout(d.path());
+    let mdig = fx()["release"]["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(l.join("blobs/sha256").join(&mdig)).unwrap())
+            .unwrap();
+    let layer = manifest["layers"].as_array().unwrap().last().unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let p = l.join("blobs/sha256").join(layer);
+    let mut b = std::fs::read(&p).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0xff;
+    std::fs::write(&p, b).unwrap();
+    expect_error(
+        c.path(),
+        &["inspect", &format!("oci:{}:release", l.display())],
+        "corrupt",
+    );
+}
+
+#[test]
+fn truncated_oci_archive() {
+    let c = cache();
+    let d = tempfile::tempdir().unwrap();
+    let src = std::fs::read(fixture_dir().join("release.ociarchive")).unwrap();
+    let t = d.path().join("trunc.ociarchive");
+    std::fs::write(&t, &src[..src.len() / 3]).unwrap();
+    expect_error(
+        c.path(),
+        &["inspect", &format!("oci-archive:{}:release", t.display())],
+        "truncated",
+    );
+}
+
+#[test]
+fn platforms_lists_the_table() {
+    let c = cache();
+    let o = run(c.path(), &["platforms"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for p in [
+        "metal",
+        "metal4k",
+        "qemu",
+        "openstack",
+        "aws",
+        "vmware",
+        "azure",
+        "gcp",
+        "live",
+    ] {
+        assert!(out.lines().any(|l| l.starts_with(p)), "{p} missing:\n{out}");
+    }
+    let v = ok_json(c.path(), &["platforms", "--json"]);
+    assert_eq!(v.as_array().unwrap().len(), 9);
+    assert_eq!(v[2]["ignition_id"], "qemu");
+}
