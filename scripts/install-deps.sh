@@ -48,14 +48,4 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-# The real CoreOS client, used by the tests to check our ISO and PXE artifacts.
-if ! command -v coreos-installer >/dev/null 2>&1; then
-  echo "install-deps: cargo install coreos-installer"
-  cargo install --locked coreos-installer || cargo install coreos-installer
-fi
-
-# moto for the AWS tests (only needed by the aws registration tests)
-if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
-  pip install -q 'moto[server]' || echo "install-deps: warning: moto not installed"
-fi
 echo "install-deps: ok"

@@ -49,7 +49,9 @@ pub struct Loaded {
 pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
     let cache = Cache::open(&input.cache_dir)?;
     let tmp = cache.tempdir()?;
-    let fetcher = Fetcher::new(&input.fetch).await?;
+    let scratch = tmp.path().join("skopeo");
+    std::fs::create_dir_all(&scratch)?;
+    let fetcher = Fetcher::new(&input.fetch, &scratch).await?;
     let t = Instant::now();
     let (resolved, os_img) = resolve::resolve(
         &fetcher,

@@ -26,15 +26,21 @@ pub struct FetchOptions {
 
 impl FetchOptions {
     /// Resolve the credentials file: the explicit one, else `REGISTRY_AUTH_FILE`,
-    /// else the usual containers locations (left to containers/image).
+    /// else the usual containers locations.
     pub fn resolve(
         authfile: Option<PathBuf>,
         insecure: bool,
         cert_dir: Option<PathBuf>,
     ) -> Result<Self> {
-        let authfile =
+        let explicit =
             authfile.or_else(|| std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
-        if let Some(a) = &authfile {
+        // Else the usual containers locations, resolved here so that every
+        // reader (ours and ostree-ext's, which otherwise pulls anonymously)
+        // uses the same credentials.
+        let authfile = explicit
+            .clone()
+            .or_else(|| default_auth_files().into_iter().find(|p| p.is_file()));
+        if let Some(a) = &explicit {
             let text = std::fs::read_to_string(a)
                 .with_context(|| format!("registry config {}: cannot read it", a.display()))?;
             let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
@@ -61,16 +67,7 @@ impl FetchOptions {
 
     /// Hosts that have an entry in the credentials file.
     fn hosts_with_credentials(&self) -> Vec<String> {
-        let mut files: Vec<PathBuf> = self.authfile.iter().cloned().collect();
-        if files.is_empty() {
-            if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-                files.push(PathBuf::from(d).join("containers/auth.json"));
-            }
-            if let Some(h) = dirs::home_dir() {
-                files.push(h.join(".config/containers/auth.json"));
-                files.push(h.join(".docker/config.json"));
-            }
-        }
+        let files: Vec<PathBuf> = self.authfile.iter().cloned().collect();
         let mut hosts = Vec::new();
         for f in files {
             if let Ok(t) = std::fs::read_to_string(&f) {
@@ -84,14 +81,44 @@ impl FetchOptions {
         hosts
     }
 
-    fn proxy_config(&self) -> ImageProxyConfig {
+    /// The proxy configuration. skopeo keeps its big temporary files (an
+    /// extracted oci-archive, for one) under `scratch`, which the caller
+    /// removes, so nothing is left in /var/tmp even when a run fails.
+    pub fn proxy_config(&self, scratch: &Path) -> ImageProxyConfig {
+        let mut c = std::process::Command::new("skopeo");
+        // A global option: must come before the subcommand the library appends.
+        c.arg("--tmpdir").arg(scratch);
+        // Bind skopeo's life to ours, as containers-image-proxy does by default.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            c.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         ImageProxyConfig {
             authfile: self.authfile.clone(),
             certificate_directory: self.cert_dir.clone(),
             insecure_skip_tls_verification: Some(self.insecure),
+            skopeo_cmd: Some(c),
             ..Default::default()
         }
     }
+}
+
+/// The containers auth file locations, in the order containers/image reads them.
+fn default_auth_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        files.push(PathBuf::from(d).join("containers/auth.json"));
+    }
+    if let Some(h) = dirs::home_dir() {
+        files.push(h.join(".config/containers/auth.json"));
+        files.push(h.join(".docker/config.json"));
+    }
+    files
 }
 
 /// An opened image: its manifest (as OCI), the digest of the manifest as
@@ -125,20 +152,24 @@ impl Image {
 pub struct Fetcher {
     proxy: ImageProxy,
     pub opts: FetchOptions,
+    /// skopeo's TMPDIR.
+    pub scratch: PathBuf,
 }
 
 impl Fetcher {
     /// Start the proxy (skopeo).
-    pub async fn new(opts: &FetchOptions) -> Result<Self> {
+    /// `scratch` must exist; it holds skopeo's temporary files.
+    pub async fn new(opts: &FetchOptions, scratch: &Path) -> Result<Self> {
         if !crate::util::cmd::have("skopeo") {
             bail!("skopeo is not installed: it is needed to read images (run scripts/install-deps.sh, or apt-get install skopeo)");
         }
-        let proxy = ImageProxy::new_with_config(opts.proxy_config())
+        let proxy = ImageProxy::new_with_config(opts.proxy_config(scratch))
             .await
             .context("starting the skopeo image proxy")?;
         Ok(Fetcher {
             proxy,
             opts: opts.clone(),
+            scratch: scratch.to_path_buf(),
         })
     }
 

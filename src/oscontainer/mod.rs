@@ -172,12 +172,7 @@ async fn import_native(
     let repo = ostree_ext::ostree::Repo::new_for_path(&cache.repo.path);
     repo.open(ostree_ext::gio::Cancellable::NONE)
         .context("opening the cache repo")?;
-    let cfg = ostree_ext::containers_image_proxy::ImageProxyConfig {
-        authfile: fetcher.opts.authfile.clone(),
-        certificate_directory: fetcher.opts.cert_dir.clone(),
-        insecure_skip_tls_verification: Some(fetcher.opts.insecure),
-        ..Default::default()
-    };
+    let cfg = fetcher.opts.proxy_config(&fetcher.scratch);
     let mut imp = store::ImageImporter::new(&repo, &imgref, cfg)
         .await
         .with_context(|| format!("importing OS image {}", img.reference))?;

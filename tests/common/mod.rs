@@ -86,7 +86,13 @@ pub fn ok_json(cache: &Path, args: &[&str]) -> Value {
 /// Run and expect the failure contract: exit 1, one `error:` line naming
 /// `needle`, no panic or backtrace. Returns the error line.
 pub fn expect_error(cache: &Path, args: &[&str], needle: &str) -> String {
+    let before = var_tmp_oci();
     let o = run(cache, args);
+    let leaked: Vec<_> = var_tmp_oci().difference(&before).cloned().collect();
+    assert!(
+        leaked.is_empty(),
+        "temporary dirs left in /var/tmp: {leaked:?}"
+    );
     let err = stderr(&o);
     assert_eq!(
         o.status.code(),
@@ -109,6 +115,19 @@ pub fn expect_error(cache: &Path, args: &[&str], needle: &str) -> String {
     );
     assert_cache_clean(cache);
     lines[0].to_string()
+}
+
+/// skopeo's extraction dirs in /var/tmp (we point it at our scratch dir, so
+/// none may appear).
+fn var_tmp_oci() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/var/tmp")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("oci"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Nothing left in the cache's scratch area, and no import record.
