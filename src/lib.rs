@@ -2,6 +2,8 @@
 //! images coreos-assembler would have published for its OS.
 pub mod cli;
 pub mod commands;
+pub mod disk;
+pub mod formats;
 pub mod image;
 pub mod osconfig;
 pub mod oscontainer;

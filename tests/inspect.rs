@@ -563,29 +563,7 @@ fn legacy_label_without_commit() {
     );
 }
 
-type Entry<'a> = (&'a str, tar::EntryType, &'a str);
-
-/// Raw tar bytes with entries written as given (unsafe names included).
-fn raw_tar(entries: &[Entry]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (path, kind, data) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(*kind);
-        h.set_mode(0o644);
-        h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
-        if kind.is_symlink() {
-            h.as_old_mut().linkname[..data.len()].copy_from_slice(data.as_bytes());
-            h.set_size(0);
-            h.set_cksum();
-            b.append(&h, std::io::empty()).unwrap();
-        } else {
-            h.set_size(data.len() as u64);
-            h.set_cksum();
-            b.append(&h, data.as_bytes()).unwrap();
-        }
-    }
-    b.into_inner().unwrap()
-}
+use bootimage_gen::image::layers::{raw_tar, RawEntry as Entry};
 
 #[test]
 fn unsafe_layers_are_rejected() {

@@ -222,36 +222,45 @@ pub fn extract(blob: &Path, root: &Path, keep: &dyn Fn(&Path) -> bool) -> Result
     Ok(count)
 }
 
+/// One tar entry for [`raw_tar`]: path, kind, contents (link target for links).
+pub type RawEntry<'a> = (&'a str, tar::EntryType, &'a str);
+
+/// Tar bytes with the names written exactly as given, unsafe ones included,
+/// so tests can feed hostile layers to the readers (names < 100 bytes).
+#[doc(hidden)]
+pub fn raw_tar(entries: &[RawEntry]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, kind, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+        let body: &[u8] = if kind.is_symlink() || kind.is_hard_link() {
+            h.as_old_mut().linkname[..data.len()].copy_from_slice(data.as_bytes());
+            &[]
+        } else {
+            data.as_bytes()
+        };
+        h.set_size(body.len() as u64);
+        h.set_cksum();
+        b.append(&h, body).expect("writing to memory");
+    }
+    b.into_inner().expect("writing to memory")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn layer(entries: &[(&str, tar::EntryType, &str)]) -> tempfile::NamedTempFile {
+    fn layer(entries: &[RawEntry]) -> tempfile::NamedTempFile {
+        use std::io::Write;
         let f = tempfile::NamedTempFile::new().unwrap();
-        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        let mut gz = flate2::write::GzEncoder::new(
             std::fs::File::create(f.path()).unwrap(),
             flate2::Compression::fast(),
-        ));
-        for (path, kind, data) in entries {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(*kind);
-            h.set_mode(0o644);
-            // Write names raw so that unsafe ones reach the reader.
-            let name = h.as_old_mut().name.as_mut();
-            name[..path.len()].copy_from_slice(path.as_bytes());
-            if kind.is_symlink() || kind.is_hard_link() {
-                let ln = &mut h.as_old_mut().linkname;
-                ln[..data.len()].copy_from_slice(data.as_bytes());
-                h.set_size(0);
-                h.set_cksum();
-                b.append(&h, std::io::empty()).unwrap();
-            } else {
-                h.set_size(data.len() as u64);
-                h.set_cksum();
-                b.append(&h, data.as_bytes()).unwrap();
-            }
-        }
-        b.into_inner().unwrap().finish().unwrap();
+        );
+        gz.write_all(&raw_tar(entries)).unwrap();
+        gz.finish().unwrap();
         f
     }
 

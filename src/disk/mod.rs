@@ -1,0 +1,3 @@
+//! The disk: layout (table-driven) and partition table.
+pub mod gpt;
+pub mod layout;

@@ -1,0 +1,2 @@
+//! Disk image formats written by the tool.
+pub mod qcow2;

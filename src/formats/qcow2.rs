@@ -1,0 +1,672 @@
+//! Streaming qcow2 (version 3, compat 1.1) writer: turns a raw, possibly
+//! sparse disk image into a qcow2 image holding only its non-zero clusters.
+//!
+//! Every constant below is taken from QEMU `docs/interop/qcow2.txt`.
+//!
+//! Layout of the output, in host clusters of [`CLUSTER_SIZE`] bytes:
+//!
+//! ```text
+//! [header] [data clusters, in guest order] [L2 tables] [L1 table]
+//! [refcount table] [refcount blocks]
+//! ```
+//!
+//! The source is read once: data clusters are streamed out right after the
+//! header cluster while their guest cluster numbers are remembered (8 bytes
+//! per data cluster); the metadata follows once the data count is known and
+//! the header is written last. Every cluster of the file is in use exactly
+//! once, so all refcounts are 1 and the refcount blocks are trivial.
+use anyhow::{ensure, Context, Result};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Header magic, `'Q' 'F' 'I' 0xfb` (qcow2.txt: "magic").
+const QCOW2_MAGIC: u32 = 0x5146_49fb;
+/// Header version 3, i.e. "compat=1.1" (qcow2.txt: "version").
+const QCOW2_VERSION: u32 = 3;
+/// log2 of the cluster size (qcow2.txt: "cluster_bits"); 16 is QEMU's default.
+const CLUSTER_BITS: u32 = 16;
+/// Cluster size in bytes, `1 << cluster_bits`.
+const CLUSTER_SIZE: u64 = 1 << CLUSTER_BITS;
+/// No encryption (qcow2.txt: "crypt_method", 0 = no encryption).
+const CRYPT_NONE: u32 = 0;
+/// log2 of the refcount width in bits (qcow2.txt: "refcount_order"); 4 means
+/// 16-bit refcounts, QEMU's default.
+const REFCOUNT_ORDER: u32 = 4;
+/// Bytes per refcount entry: `(1 << refcount_order) / 8`.
+const REFCOUNT_BYTES: u64 = (1 << REFCOUNT_ORDER) / 8;
+/// Length of the version 3 header without the optional compression type
+/// (qcow2.txt: "header_length", 104 for the fields up to byte 103).
+const HEADER_LENGTH: u32 = 104;
+/// Header extension type marking the end of the extension area
+/// (qcow2.txt: "0x00000000 - End of the header extension area").
+const HEADER_EXT_END: u32 = 0;
+/// Bytes per L1, L2 and refcount table entry (all are 64-bit big-endian).
+const TABLE_ENTRY_BYTES: u64 = 8;
+/// L2 entries per L2 table: one cluster of 64-bit entries.
+const L2_ENTRIES: u64 = CLUSTER_SIZE / TABLE_ENTRY_BYTES;
+/// Refcount entries per refcount block: one cluster of refcounts.
+const REFCOUNT_BLOCK_ENTRIES: u64 = CLUSTER_SIZE / REFCOUNT_BYTES;
+/// Refcount table entries per cluster of the refcount table.
+const REFCOUNT_TABLE_ENTRIES_PER_CLUSTER: u64 = CLUSTER_SIZE / TABLE_ENTRY_BYTES;
+/// L1/L2 entry bit 63, "COPIED": the cluster's refcount is exactly one
+/// (qcow2.txt: "L1 table entry" and "Standard Cluster Descriptor" tables).
+const ENTRY_COPIED: u64 = 1 << 63;
+/// Bits 9-55 of an L1/L2 entry hold the host offset (qcow2.txt).
+const ENTRY_OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
+/// The guest disk size must be a multiple of the 512-byte sector, as QEMU
+/// rounds image sizes to sectors (`BDRV_SECTOR_SIZE`).
+const SECTOR_SIZE: u64 = 512;
+/// How many clusters are read from the source per `pread`.
+const READ_BATCH_CLUSTERS: u64 = 16;
+/// Output buffer size; data clusters are written through it.
+const WRITE_BUFFER_BYTES: usize = 4 << 20;
+
+/// What [`write_qcow2`] produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qcow2Stats {
+    /// Guest-visible disk size in bytes (the header's `size`).
+    pub virtual_size: u64,
+    /// Number of data clusters stored (non-zero guest clusters).
+    pub data_clusters: u64,
+    /// Size of the qcow2 file in bytes.
+    pub file_size: u64,
+}
+
+/// Where the metadata goes, computed once the data cluster count is known.
+/// All values are in host clusters unless named `*_offset` (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layout {
+    /// Entries in the L1 table (the header's `l1_size`).
+    l1_entries: u64,
+    /// Number of L2 tables written (one per L1 entry that maps any data).
+    l2_tables: u64,
+    l2_first: u64,
+    l1_first: u64,
+    l1_clusters: u64,
+    refcount_table_first: u64,
+    refcount_table_clusters: u64,
+    refcount_block_first: u64,
+    refcount_blocks: u64,
+    /// Total host clusters in the file; every one has refcount 1.
+    total_clusters: u64,
+}
+
+impl Layout {
+    fn new(virtual_size: u64, data_clusters: u64, l2_tables: u64) -> Self {
+        let guest_clusters = virtual_size.div_ceil(CLUSTER_SIZE);
+        let l1_entries = guest_clusters.div_ceil(L2_ENTRIES);
+        let l1_clusters = (l1_entries * TABLE_ENTRY_BYTES).div_ceil(CLUSTER_SIZE);
+        // Header cluster, then data, then L2 tables, then the L1 table.
+        let l2_first = 1 + data_clusters;
+        let l1_first = l2_first + l2_tables;
+        let refcount_table_first = l1_first + l1_clusters;
+        // The refcount structures count themselves: iterate to a fixed point
+        // (the sizes only grow, so this terminates within a few rounds).
+        let (mut rt_clusters, mut blocks) = (0u64, 0u64);
+        loop {
+            let total = refcount_table_first + rt_clusters + blocks;
+            let need_blocks = total.div_ceil(REFCOUNT_BLOCK_ENTRIES);
+            let need_rt = need_blocks.div_ceil(REFCOUNT_TABLE_ENTRIES_PER_CLUSTER);
+            if need_blocks == blocks && need_rt == rt_clusters {
+                break;
+            }
+            blocks = need_blocks;
+            rt_clusters = need_rt;
+        }
+        Layout {
+            l1_entries,
+            l2_tables,
+            l2_first,
+            l1_first,
+            l1_clusters,
+            refcount_table_first,
+            refcount_table_clusters: rt_clusters,
+            refcount_block_first: refcount_table_first + rt_clusters,
+            refcount_blocks: blocks,
+            total_clusters: refcount_table_first + rt_clusters + blocks,
+        }
+    }
+}
+
+/// Convert the raw image at `src` into a qcow2 image at `dst`. The guest size
+/// is the source's length. The output is written to a temporary file next to
+/// `dst` and renamed into place only when complete.
+pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
+    let input = File::open(src).with_context(|| format!("opening raw image {}", src.display()))?;
+    let size = input
+        .metadata()
+        .with_context(|| format!("reading size of {}", src.display()))?
+        .len();
+    let dir = match dst.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".qcow2-")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating temporary file in {}", dir.display()))?;
+    let stats = write_qcow2(&input, size, tmp.as_file_mut())
+        .with_context(|| format!("converting {} to qcow2 {}", src.display(), dst.display()))?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("syncing qcow2 for {}", dst.display()))?;
+    tmp.persist(dst)
+        .with_context(|| format!("renaming qcow2 into place at {}", dst.display()))?;
+    Ok(stats)
+}
+
+/// Write `src` (a raw disk image, possibly sparse) as a qcow2 image of
+/// `virtual_size` bytes to `out`, which must be empty: it is written from
+/// offset 0 with absolute seeks. Only clusters that are allocated in `src`
+/// (`SEEK_DATA`) and not entirely zero are stored; everything else stays
+/// unallocated and reads as zeros. `src` is read with `pread`, but its file
+/// offset is moved by the `lseek` calls that find its data.
+///
+/// Memory use is bounded by the virtual size: 8 bytes per stored cluster plus
+/// one L1 entry per 512 MiB of guest disk and a few fixed buffers.
+pub fn write_qcow2<W: Write + Seek>(
+    src: &File,
+    virtual_size: u64,
+    out: &mut W,
+) -> Result<Qcow2Stats> {
+    ensure!(
+        virtual_size % SECTOR_SIZE == 0,
+        "qcow2 virtual size {virtual_size} is not a multiple of {SECTOR_SIZE} bytes"
+    );
+    let src_len = src.metadata().context("reading raw image size")?.len();
+    ensure!(
+        src_len <= virtual_size,
+        "raw image is {src_len} bytes, larger than the qcow2 virtual size {virtual_size}"
+    );
+    // The offset field has bits 9-55: larger guest disks cannot be addressed.
+    ensure!(
+        virtual_size <= ENTRY_OFFSET_MASK,
+        "qcow2 virtual size {virtual_size} is too large"
+    );
+
+    let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, out);
+    w.seek(SeekFrom::Start(0))
+        .context("seeking to the start of the qcow2 output")?;
+    // Placeholder header cluster; the real header is written last.
+    w.write_all(&[0u8; CLUSTER_SIZE as usize])
+        .context("writing qcow2 header cluster")?;
+
+    let guest = copy_data_clusters(src, src_len, virtual_size, &mut w)?;
+    let data_clusters = guest.len() as u64;
+    let l2_tables = count_l2_tables(&guest);
+    let layout = Layout::new(virtual_size, data_clusters, l2_tables);
+    write_metadata(&mut w, &layout, &guest)?;
+
+    w.seek(SeekFrom::Start(0))
+        .context("seeking back to the qcow2 header")?;
+    w.write_all(&header(virtual_size, &layout))
+        .context("writing qcow2 header")?;
+    w.flush().context("flushing qcow2 output")?;
+
+    let stats = Qcow2Stats {
+        virtual_size,
+        data_clusters,
+        file_size: layout.total_clusters * CLUSTER_SIZE,
+    };
+    tracing::debug!(?stats, ?layout, "wrote qcow2");
+    Ok(stats)
+}
+
+/// Stream every allocated, non-zero guest cluster to `w` (host clusters
+/// 1, 2, ... in guest order) and return their guest cluster numbers.
+fn copy_data_clusters<W: Write>(
+    src: &File,
+    src_len: u64,
+    virtual_size: u64,
+    w: &mut W,
+) -> Result<Vec<u64>> {
+    let guest_clusters = virtual_size.div_ceil(CLUSTER_SIZE);
+    let mut guest = Vec::new();
+    let mut buf = vec![0u8; (READ_BATCH_CLUSTERS * CLUSTER_SIZE) as usize];
+    // First guest cluster not yet looked at.
+    let mut next = 0u64;
+    while next < guest_clusters {
+        let pos = next * CLUSTER_SIZE;
+        if pos >= src_len {
+            break;
+        }
+        let Some((data, hole)) = next_data_extent(src, pos)? else {
+            break;
+        };
+        let first = data / CLUSTER_SIZE;
+        let end = hole.min(src_len).div_ceil(CLUSTER_SIZE).min(guest_clusters);
+        let mut c = first.max(next);
+        while c < end {
+            let n = (end - c).min(READ_BATCH_CLUSTERS);
+            let chunk = &mut buf[..(n * CLUSTER_SIZE) as usize];
+            read_full_at(src, chunk, c * CLUSTER_SIZE)?;
+            for (i, cluster) in chunk.chunks_exact(CLUSTER_SIZE as usize).enumerate() {
+                if !is_zero(cluster) {
+                    w.write_all(cluster).with_context(|| {
+                        format!(
+                            "writing qcow2 data cluster for guest cluster {}",
+                            c + i as u64
+                        )
+                    })?;
+                    guest.push(c + i as u64);
+                }
+            }
+            c += n;
+        }
+        next = end.max(next + 1);
+    }
+    Ok(guest)
+}
+
+/// The next data extent `[start, end)` at or after `pos`, from
+/// `lseek(SEEK_DATA)` / `lseek(SEEK_HOLE)`; `None` when only holes remain.
+fn next_data_extent(src: &File, pos: u64) -> Result<Option<(u64, u64)>> {
+    let fd = src.as_raw_fd();
+    let off = libc::off_t::try_from(pos).context("raw image offset out of range")?;
+    // SAFETY: lseek on a valid, borrowed file descriptor.
+    let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+    if data < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(None);
+        }
+        return Err(err).with_context(|| format!("lseek(SEEK_DATA) at {pos} in raw image"));
+    }
+    // SAFETY: as above.
+    let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+    if hole < 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(err).with_context(|| format!("lseek(SEEK_HOLE) at {data} in raw image"));
+    }
+    Ok(Some((data as u64, hole as u64)))
+}
+
+/// Fill `buf` from `offset`; bytes past the end of the file read as zeros.
+fn read_full_at(src: &File, buf: &mut [u8], offset: u64) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match src.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => {
+                buf[done..].fill(0);
+                break;
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("reading raw image at offset {}", offset + done as u64)
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True if every byte of `buf` is zero; OR-folds in 64-byte blocks so the
+/// compiler vectorises it, bailing out at the first non-zero block.
+fn is_zero(buf: &[u8]) -> bool {
+    let mut blocks = buf.chunks_exact(64);
+    let blocks_zero = blocks.all(|b| b.iter().fold(0u8, |a, &x| a | x) == 0);
+    blocks_zero && blocks.remainder().iter().all(|&b| b == 0)
+}
+
+/// Number of distinct L2 tables needed to map the (sorted) guest clusters.
+fn count_l2_tables(guest: &[u64]) -> u64 {
+    let mut n = 0;
+    let mut last = None;
+    for &g in guest {
+        let l1 = g / L2_ENTRIES;
+        if last != Some(l1) {
+            n += 1;
+            last = Some(l1);
+        }
+    }
+    n
+}
+
+/// Write L2 tables, L1 table, refcount table and refcount blocks, in that
+/// order, starting right after the data clusters.
+fn write_metadata<W: Write>(w: &mut W, layout: &Layout, guest: &[u64]) -> Result<()> {
+    let mut table = vec![0u8; CLUSTER_SIZE as usize];
+    let set = |table: &mut [u8], index: u64, value: u64| {
+        let i = (index * TABLE_ENTRY_BYTES) as usize;
+        table[i..i + TABLE_ENTRY_BYTES as usize].copy_from_slice(&value.to_be_bytes());
+    };
+
+    // L2 tables: host data cluster k (from 0) sits at host cluster 1 + k.
+    let mut l1 = vec![0u64; layout.l1_entries as usize];
+    let mut l2_host = layout.l2_first;
+    let mut k = 0usize;
+    while k < guest.len() {
+        let l1_index = guest[k] / L2_ENTRIES;
+        table.fill(0);
+        while k < guest.len() && guest[k] / L2_ENTRIES == l1_index {
+            let host = (1 + k as u64) * CLUSTER_SIZE;
+            set(&mut table, guest[k] % L2_ENTRIES, host | ENTRY_COPIED);
+            k += 1;
+        }
+        w.write_all(&table)
+            .with_context(|| format!("writing qcow2 L2 table {l1_index}"))?;
+        l1[l1_index as usize] = (l2_host * CLUSTER_SIZE) | ENTRY_COPIED;
+        l2_host += 1;
+    }
+    debug_assert_eq!(l2_host, layout.l1_first);
+
+    // L1 table, padded to whole clusters.
+    let mut l1_bytes = vec![0u8; (layout.l1_clusters * CLUSTER_SIZE) as usize];
+    for (i, e) in l1.iter().enumerate() {
+        set(&mut l1_bytes, i as u64, *e);
+    }
+    w.write_all(&l1_bytes).context("writing qcow2 L1 table")?;
+
+    // Refcount table: one entry per refcount block.
+    for t in 0..layout.refcount_table_clusters {
+        table.fill(0);
+        let first_block = t * REFCOUNT_TABLE_ENTRIES_PER_CLUSTER;
+        let last_block =
+            (first_block + REFCOUNT_TABLE_ENTRIES_PER_CLUSTER).min(layout.refcount_blocks);
+        for b in first_block..last_block {
+            let off = (layout.refcount_block_first + b) * CLUSTER_SIZE;
+            set(&mut table, b - first_block, off);
+        }
+        w.write_all(&table)
+            .context("writing qcow2 refcount table")?;
+    }
+
+    // Refcount blocks: clusters 0..total_clusters are all used exactly once.
+    let one = 1u16.to_be_bytes();
+    for b in 0..layout.refcount_blocks {
+        table.fill(0);
+        let first = b * REFCOUNT_BLOCK_ENTRIES;
+        let used = layout
+            .total_clusters
+            .saturating_sub(first)
+            .min(REFCOUNT_BLOCK_ENTRIES);
+        for e in table
+            .chunks_exact_mut(REFCOUNT_BYTES as usize)
+            .take(used as usize)
+        {
+            e.copy_from_slice(&one);
+        }
+        w.write_all(&table)
+            .with_context(|| format!("writing qcow2 refcount block {b}"))?;
+    }
+    Ok(())
+}
+
+/// The header (version 3, 104 bytes) followed by the end-of-extensions marker.
+fn header(virtual_size: u64, layout: &Layout) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER_LENGTH as usize + 8);
+    h.extend_from_slice(&QCOW2_MAGIC.to_be_bytes()); // 0: magic
+    h.extend_from_slice(&QCOW2_VERSION.to_be_bytes()); // 4: version
+    h.extend_from_slice(&0u64.to_be_bytes()); // 8: backing_file_offset
+    h.extend_from_slice(&0u32.to_be_bytes()); // 16: backing_file_size
+    h.extend_from_slice(&CLUSTER_BITS.to_be_bytes()); // 20: cluster_bits
+    h.extend_from_slice(&virtual_size.to_be_bytes()); // 24: size
+    h.extend_from_slice(&CRYPT_NONE.to_be_bytes()); // 32: crypt_method
+    h.extend_from_slice(&(layout.l1_entries as u32).to_be_bytes()); // 36: l1_size
+    h.extend_from_slice(&(layout.l1_first * CLUSTER_SIZE).to_be_bytes()); // 40: l1_table_offset
+    h.extend_from_slice(&(layout.refcount_table_first * CLUSTER_SIZE).to_be_bytes()); // 48: refcount_table_offset
+    h.extend_from_slice(&(layout.refcount_table_clusters as u32).to_be_bytes()); // 56: refcount_table_clusters
+    h.extend_from_slice(&0u32.to_be_bytes()); // 60: nb_snapshots
+    h.extend_from_slice(&0u64.to_be_bytes()); // 64: snapshots_offset
+    h.extend_from_slice(&0u64.to_be_bytes()); // 72: incompatible_features
+    h.extend_from_slice(&0u64.to_be_bytes()); // 80: compatible_features
+    h.extend_from_slice(&0u64.to_be_bytes()); // 88: autoclear_features
+    h.extend_from_slice(&REFCOUNT_ORDER.to_be_bytes()); // 96: refcount_order
+    h.extend_from_slice(&HEADER_LENGTH.to_be_bytes()); // 100: header_length
+    debug_assert_eq!(h.len(), HEADER_LENGTH as usize);
+    h.extend_from_slice(&HEADER_EXT_END.to_be_bytes()); // extension type: end
+    h.extend_from_slice(&0u32.to_be_bytes()); // extension length
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::cmd;
+    use serde_json::Value;
+    use std::path::PathBuf;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// xorshift64*: deterministic non-zero test data without a rand crate.
+    struct Rng(u64);
+    impl Rng {
+        fn fill(&mut self, buf: &mut [u8]) {
+            for chunk in buf.chunks_mut(8) {
+                self.0 ^= self.0 >> 12;
+                self.0 ^= self.0 << 25;
+                self.0 ^= self.0 >> 27;
+                let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+        }
+    }
+
+    /// A region of the raw test image: random bytes, or written zeros
+    /// (allocated on disk but all zero).
+    #[derive(Clone, Copy)]
+    enum Fill {
+        Random,
+        Zeros,
+    }
+
+    /// Create a sparse raw image of `size` bytes with the given regions.
+    fn make_raw(dir: &Path, size: u64, regions: &[(u64, u64, Fill)]) -> PathBuf {
+        let path = dir.join("disk.raw");
+        let f = File::create(&path).unwrap();
+        f.set_len(size).unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut buf = vec![0u8; (4 * MIB) as usize];
+        for &(off, len, fill) in regions {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(buf.len() as u64) as usize;
+                match fill {
+                    Fill::Random => rng.fill(&mut buf[..n]),
+                    Fill::Zeros => buf[..n].fill(0),
+                }
+                f.write_all_at(&buf[..n], off + done).unwrap();
+                done += n as u64;
+            }
+        }
+        f.sync_all().unwrap();
+        path
+    }
+
+    /// Distinct guest clusters touched by the random regions.
+    fn clusters_touched(regions: &[(u64, u64, Fill)]) -> u64 {
+        let mut set = std::collections::BTreeSet::new();
+        for &(off, len, fill) in regions {
+            if let Fill::Random = fill {
+                set.extend(off / CLUSTER_SIZE..(off + len).div_ceil(CLUSTER_SIZE));
+            }
+        }
+        set.len() as u64
+    }
+
+    fn qemu_img_json(args: &[&str]) -> Value {
+        let out = cmd::run(&mut cmd::new("qemu-img", args)).unwrap();
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    /// Verify `qcow2` with qemu-img: check (no errors, no leaks), info, and a
+    /// byte-for-byte compare with the raw source.
+    fn verify(raw: &Path, qcow2: &Path, virtual_size: u64, stats: &Qcow2Stats) {
+        let (raw, qcow2) = (raw.to_str().unwrap(), qcow2.to_str().unwrap());
+        // Exit 0 from `qemu-img check` means no corruption and no leaks
+        // (2 = corruptions, 3 = leaks); cmd::run fails on non-zero.
+        let check = qemu_img_json(&["check", "-f", "qcow2", "--output=json", qcow2]);
+        assert_eq!(check["check-errors"], 0, "{check}");
+        assert!(check.get("corruptions").map_or(true, |v| v == 0), "{check}");
+        assert!(check.get("leaks").map_or(true, |v| v == 0), "{check}");
+        assert_eq!(check["image-end-offset"], stats.file_size, "{check}");
+
+        let info = qemu_img_json(&["info", "--output=json", "-f", "qcow2", qcow2]);
+        assert_eq!(info["format"], "qcow2", "{info}");
+        assert_eq!(info["virtual-size"], virtual_size, "{info}");
+        assert_eq!(info["cluster-size"], CLUSTER_SIZE, "{info}");
+        assert_eq!(info["format-specific"]["data"]["compat"], "1.1", "{info}");
+        assert_eq!(
+            info["format-specific"]["data"]["refcount-bits"], 16,
+            "{info}"
+        );
+        assert!(info.get("backing-filename").is_none(), "{info}");
+        assert!(info["actual-size"].as_u64().is_some(), "{info}");
+
+        cmd::run(&mut cmd::new(
+            "qemu-img",
+            ["compare", "-f", "raw", "-F", "qcow2", raw, qcow2],
+        ))
+        .unwrap();
+        assert_eq!(
+            std::fs::metadata(qcow2).unwrap().len(),
+            stats.file_size,
+            "file size"
+        );
+    }
+
+    /// 300 MiB + 4 KiB: not a cluster multiple; data at aligned and
+    /// unaligned offsets, in the last partial cluster, and one written but
+    /// all-zero region.
+    fn small_regions() -> (u64, Vec<(u64, u64, Fill)>) {
+        let size = 300 * MIB + 4096;
+        let regions = vec![
+            (0, MIB, Fill::Random),
+            (5 * MIB + 123, 700_001, Fill::Random),
+            (40 * MIB + 65_535, 2, Fill::Random),
+            (64 * MIB, 8 * MIB, Fill::Zeros),
+            (100 * MIB - 4096, 3 * MIB + 17, Fill::Random),
+            (299 * MIB + 7, 4 * MIB / 4, Fill::Random),
+            (size - 1000, 1000, Fill::Random),
+        ];
+        (size, regions)
+    }
+
+    #[test]
+    fn small_sparse_image_is_valid_and_identical() {
+        let dir = tempfile::tempdir().unwrap();
+        let (size, regions) = small_regions();
+        let raw = make_raw(dir.path(), size, &regions);
+        let qcow2 = dir.path().join("disk.qcow2");
+        let stats = convert_file(&raw, &qcow2).unwrap();
+        assert_eq!(stats.virtual_size, size);
+        verify(&raw, &qcow2, size, &stats);
+    }
+
+    #[test]
+    fn holes_and_zero_clusters_stay_unallocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let (size, regions) = small_regions();
+        let raw = make_raw(dir.path(), size, &regions);
+        // The zero region really is allocated in the source file.
+        let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&raw).unwrap());
+        let random: u64 = regions
+            .iter()
+            .filter(|r| matches!(r.2, Fill::Random))
+            .map(|r| r.1)
+            .sum();
+        assert!(
+            blocks * 512 >= random + 8 * MIB,
+            "zero region not allocated"
+        );
+
+        let qcow2 = dir.path().join("disk.qcow2");
+        let mut out = File::create(&qcow2).unwrap();
+        let stats = write_qcow2(&File::open(&raw).unwrap(), size, &mut out).unwrap();
+        drop(out);
+        assert_eq!(stats.data_clusters, clusters_touched(&regions));
+        let data_bytes = stats.data_clusters * CLUSTER_SIZE;
+        assert!(
+            stats.file_size <= data_bytes + 8 * CLUSTER_SIZE,
+            "{stats:?} for {data_bytes} bytes of data"
+        );
+        verify(&raw, &qcow2, size, &stats);
+
+        // qemu's own view: the zero region and the holes hold no data.
+        let map = qemu_img_json(&[
+            "map",
+            "--output=json",
+            "-f",
+            "qcow2",
+            qcow2.to_str().unwrap(),
+        ]);
+        let data_at = |pos: u64| -> bool {
+            let e = map
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| {
+                    let s = e["start"].as_u64().unwrap();
+                    s <= pos && pos < s + e["length"].as_u64().unwrap()
+                })
+                .unwrap();
+            e["data"].as_bool().unwrap()
+        };
+        assert!(!data_at(64 * MIB));
+        assert!(!data_at(72 * MIB - 1));
+        assert!(!data_at(200 * MIB));
+        assert!(data_at(0));
+        assert!(data_at(size - 1));
+    }
+
+    #[test]
+    fn empty_disk_has_no_data_clusters() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 64 * MIB;
+        let raw = make_raw(dir.path(), size, &[]);
+        let qcow2 = dir.path().join("disk.qcow2");
+        let stats = convert_file(&raw, &qcow2).unwrap();
+        assert_eq!(stats.data_clusters, 0);
+        verify(&raw, &qcow2, size, &stats);
+    }
+
+    /// 20 GiB guest: 40 L1 entries, several L2 tables, and more than 2 GiB
+    /// of data so the refcounts span two refcount blocks.
+    #[test]
+    fn large_disk_needs_several_l2_tables_and_refcount_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 20 * GIB;
+        let regions = vec![
+            (0, 3 * MIB + 5, Fill::Random),
+            (GIB - 100, 2 * GIB + 64 * MIB, Fill::Random),
+            (10 * GIB + 12345, MIB, Fill::Random),
+            (size - 5 * MIB - 3, 5 * MIB + 3, Fill::Random),
+        ];
+        let raw = make_raw(dir.path(), size, &regions);
+        let qcow2 = dir.path().join("disk.qcow2");
+        let stats = convert_file(&raw, &qcow2).unwrap();
+        assert_eq!(stats.data_clusters, clusters_touched(&regions));
+        let layout = Layout::new(size, stats.data_clusters, 0);
+        assert!(layout.refcount_blocks >= 2, "{layout:?}");
+        assert!(layout.l1_entries == 40, "{layout:?}");
+        verify(&raw, &qcow2, size, &stats);
+    }
+
+    #[test]
+    fn layout_counts_its_own_refcount_structures() {
+        // Data that exactly fills one refcount block forces a second block.
+        let l = Layout::new(GIB, REFCOUNT_BLOCK_ENTRIES - 4, 2);
+        assert_eq!(l.total_clusters, REFCOUNT_BLOCK_ENTRIES + 3);
+        assert_eq!(l.refcount_blocks, 2);
+        assert_eq!(l.refcount_table_clusters, 1);
+        assert_eq!(l.l1_entries, 2);
+        let empty = Layout::new(0, 0, 0);
+        assert_eq!(empty.total_clusters, 3);
+    }
+
+    #[test]
+    fn rejects_bad_sizes() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(MIB).unwrap();
+        let mut out = std::io::Cursor::new(Vec::new());
+        assert!(write_qcow2(&f, MIB - 1, &mut out).is_err());
+        let err = write_qcow2(&f, MIB / 2, &mut out).unwrap_err();
+        assert!(format!("{err:#}").contains("larger than"), "{err:#}");
+    }
+}
