@@ -39,8 +39,7 @@ impl Repo {
 
     /// True if the commit object is present.
     pub fn has_commit(&self, commit: &str) -> bool {
-        cmd::run(&mut self.ostree(&["cat-file", commit])).is_ok()
-            || cmd::run(&mut self.ostree(&["show", commit])).is_ok()
+        cmd::run(&mut self.ostree(&["show", commit])).is_ok()
     }
 
     /// Resolve a ref or commit to a checksum.
