@@ -7,21 +7,13 @@ use std::process::Command;
 
 fn checkout(dest: &std::path::Path) {
     let f = fx();
-    let o = Command::new("ostree")
-        .args([
-            "checkout",
-            "--repo",
-            fixture_dir().join("repo").to_str().unwrap(),
-            f["rhel_coreos"]["commit"].as_str().unwrap(),
-            dest.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "ostree checkout: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    must(Command::new("ostree").args([
+        "checkout",
+        "--repo",
+        fixture_dir().join("repo").to_str().unwrap(),
+        f["rhel_coreos"]["commit"].as_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]));
 }
 
 #[test]
@@ -54,7 +46,7 @@ fn committed_tree_boots_in_pxe_mode() {
         .lines()
         .find(|l| l.contains("BOOTIMAGE-TEST-OS ok"))
         .expect("no marker line");
-    let want_ign = common_sha256(&std::fs::read(&ign).unwrap());
+    let want_ign = bootimage_gen::util::sha256_hex(&std::fs::read(&ign).unwrap());
     assert!(marker.contains("mode=live-pxe"), "{marker}");
     assert!(marker.contains("platform=metal"), "{marker}");
     assert!(
@@ -66,9 +58,4 @@ fn committed_tree_boots_in_pxe_mode() {
     );
     assert!(marker.contains(&format!("ignition={want_ign}")), "{marker}");
     assert!(!serial.contains("BOOTIMAGE-TEST-OS FAIL"));
-}
-
-fn common_sha256(b: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(b))
 }

@@ -382,23 +382,15 @@ fn make_release(dir: &Path, files: &[(&str, &str)], extra_layout: Option<&Path>)
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(f, content).unwrap();
     }
-    let st = fixture_tool()
-        .args([
-            "add-image",
-            "--layout",
-            layout.to_str().unwrap(),
-            "--tag",
-            "release",
-            "--layer-dir",
-            ld.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    must(fixture_tool().args([
+        "add-image",
+        "--layout",
+        layout.to_str().unwrap(),
+        "--tag",
+        "release",
+        "--layer-dir",
+        ld.to_str().unwrap(),
+    ]));
     std::fs::remove_dir_all(&ld).unwrap();
     format!("oci:{}:release", layout.display())
 }
@@ -479,15 +471,7 @@ fn not_a_release() {
 
 /// An ostree commit of a tiny tree, in an archive repo at `repo`.
 fn commit_tree(repo: &Path, tree: &Path) -> String {
-    let run = |args: &[&str]| {
-        let o = Command::new("ostree").args(args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "ostree {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap().trim().to_string()
-    };
+    let run = |args: &[&str]| must(Command::new("ostree").args(args));
     run(&[
         "init",
         &format!("--repo={}", repo.display()),
@@ -505,22 +489,17 @@ fn commit_tree(repo: &Path, tree: &Path) -> String {
 /// A release (in a fresh layout) whose OS is a legacy image made from `layer_tar` or `layer_dir`.
 fn release_with_legacy_os(d: &Path, layer: (&str, &Path), commit: &str) -> String {
     let layout = d.join("oci");
-    let o = fixture_tool()
-        .args([
-            "add-image",
-            "--layout",
-            layout.to_str().unwrap(),
-            "--tag",
-            "os",
-            layer.0,
-            layer.1.to_str().unwrap(),
-            "--label",
-            &format!("com.coreos.ostree-commit={commit}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let digest = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let digest = must(fixture_tool().args([
+        "add-image",
+        "--layout",
+        layout.to_str().unwrap(),
+        "--tag",
+        "os",
+        layer.0,
+        layer.1.to_str().unwrap(),
+        "--label",
+        &format!("com.coreos.ostree-commit={commit}"),
+    ]));
     let refs = refs_json(
         "4.99.0",
         &[("machine-os-content", &format!("quay.io/x/art@{digest}"))],

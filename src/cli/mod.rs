@@ -1,5 +1,5 @@
 //! Command-line types (clap derive) only; handlers live in `commands/`.
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Turn an OpenShift release image into bootable CoreOS disk images.
@@ -85,13 +85,4 @@ pub struct PlatformsArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Output style for progress.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum ProgressMode {
-    Auto,
-    Tty,
-    Plain,
-    Json,
 }

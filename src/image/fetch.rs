@@ -258,18 +258,6 @@ impl Fetcher {
         Ok(())
     }
 
-    /// Read a small blob into memory (verified like [`Fetcher::fetch_blob_to`]).
-    pub async fn read_blob(
-        &self,
-        img: &Image,
-        desc: &Descriptor,
-        tmpdir: &Path,
-    ) -> Result<Vec<u8>> {
-        let f = tempfile::NamedTempFile::new_in(tmpdir)?;
-        self.fetch_blob_to(img, desc, f.path()).await?;
-        Ok(std::fs::read(f.path())?)
-    }
-
     /// Close an image.
     pub async fn close(&self, img: Image) -> Result<()> {
         self.proxy
@@ -312,8 +300,7 @@ fn check_local(r: &ImageRef) -> Result<()> {
                 );
             }
             if tag.is_none() {
-                let tags = super::layout::tags_in_dir(path)?;
-                let n = super::layout::manifest_count_in_dir(path)?;
+                let (tags, n) = super::layout::tags_in_dir(path)?;
                 if n > 1 {
                     bail!(
                         "{r}: the layout holds {n} images; name one with oci:{}:TAG (tags: {})",
@@ -387,7 +374,7 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
     } else if low.contains("no descriptor found for reference") {
         let tags = match r {
             ImageRef::Oci { path, .. } => super::layout::tags_in_dir(path)
-                .map(|t| t.join(", "))
+                .map(|(t, _)| t.join(", "))
                 .unwrap_or_default(),
             _ => String::new(),
         };

@@ -57,17 +57,11 @@ fn read_archive_index(file: &Path) -> Result<Value> {
     anyhow::bail!("{} is not an OCI archive (no index.json)", file.display())
 }
 
-/// Tags in a layout directory.
-pub fn tags_in_dir(dir: &Path) -> Result<Vec<String>> {
-    Ok(manifests(&read_dir_index(dir)?)
-        .into_iter()
-        .filter_map(|(_, t)| t)
-        .collect())
-}
-
-/// Number of manifests in a layout directory.
-pub fn manifest_count_in_dir(dir: &Path) -> Result<usize> {
-    Ok(manifests(&read_dir_index(dir)?).len())
+/// Tags and number of manifests in a layout directory (one read of index.json).
+pub fn tags_in_dir(dir: &Path) -> Result<(Vec<String>, usize)> {
+    let m = manifests(&read_dir_index(dir)?);
+    let n = m.len();
+    Ok((m.into_iter().filter_map(|(_, t)| t).collect(), n))
 }
 
 /// The tag under which `digest` is stored in a layout directory or archive
@@ -102,8 +96,10 @@ mod tests {
             Some("release")
         );
         assert_eq!(tag_for_digest(d.path(), false, "sha256:bb").unwrap(), None);
-        assert_eq!(tags_in_dir(d.path()).unwrap(), vec!["release"]);
-        assert_eq!(manifest_count_in_dir(d.path()).unwrap(), 2);
+        assert_eq!(
+            tags_in_dir(d.path()).unwrap(),
+            (vec!["release".to_string()], 2)
+        );
         // And the same through an archive.
         let ar = d.path().join("a.tar");
         let mut b = tar::Builder::new(std::fs::File::create(&ar).unwrap());

@@ -309,8 +309,7 @@ pub fn read_os_info(repo: &Repo, rec: &ImportRecord) -> Result<OsInfo> {
         anyhow!("OS image {what} has no /usr/lib/modules: it is not a bootable OS (no kernel)")
     })?;
     let mut kernels = Vec::new();
-    for (is_dir, name) in mods.iter().filter(|(d, _)| *d) {
-        let _ = is_dir;
+    for (_, name) in mods.iter().filter(|(is_dir, _)| *is_dir) {
         if repo
             .read_file(c, &format!("/usr/lib/modules/{name}/vmlinuz"))?
             .is_some()

@@ -54,6 +54,20 @@ pub fn fixture_tool() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bootimage-fixture"))
 }
 
+/// Run a helper command, fail the test with its stderr if it fails, and
+/// return its trimmed stdout.
+pub fn must(cmd: &mut Command) -> String {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
 /// Run the CLI with its own cache dir.
 pub fn run(cache: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
