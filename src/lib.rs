@@ -5,6 +5,8 @@ pub mod commands;
 pub mod disk;
 pub mod formats;
 pub mod image;
+pub mod io;
+pub mod meta;
 pub mod osconfig;
 pub mod oscontainer;
 pub mod platforms;

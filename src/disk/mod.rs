@@ -1,3 +1,6 @@
 //! The disk: layout (table-driven) and partition table.
+pub mod bios;
+pub mod esp;
 pub mod gpt;
+pub mod grubcfg;
 pub mod layout;
