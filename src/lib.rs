@@ -1,5 +1,6 @@
 //! bootimage-gen: turn an OpenShift release image into the bootable disk
 //! images coreos-assembler would have published for its OS.
+pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod disk;
@@ -9,6 +10,7 @@ pub mod io;
 pub mod meta;
 pub mod osconfig;
 pub mod oscontainer;
+pub mod plan;
 pub mod platforms;
 pub mod release;
 pub mod util;

@@ -17,7 +17,20 @@ pub struct PlatformSpec {
     pub compressed: bool,
     /// Implemented by this version of the tool.
     pub built: bool,
+    /// Console settings when the OS ships no `platforms.json` (SPEC 3):
+    /// GRUB serial lines, and kernel arguments.
+    pub default_serial: bool,
+    pub default_kargs: &'static [&'static str],
 }
+
+/// The GRUB lines of a serial console (SPEC 3, "S").
+pub const GRUB_SERIAL: [&str; 3] = [
+    "serial --speed=115200",
+    "terminal_input serial console",
+    "terminal_output serial console",
+];
+const TTY0_FIRST: &[&str] = &["console=tty0", "console=ttyS0,115200n8"];
+const TTYS0_FIRST: &[&str] = &["console=ttyS0,115200n8", "console=tty0"];
 
 /// The platform table (x86_64).
 pub const PLATFORMS: &[PlatformSpec] = &[
@@ -27,7 +40,9 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         format: "raw disk, 512-byte sectors",
         ignition_id: "metal",
         compressed: true,
-        built: false,
+        built: true,
+        default_serial: false,
+        default_kargs: &[],
     },
     PlatformSpec {
         name: "metal4k",
@@ -35,7 +50,9 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         format: "raw disk, 4096-byte sectors",
         ignition_id: "metal",
         compressed: true,
-        built: false,
+        built: true,
+        default_serial: false,
+        default_kargs: &[],
     },
     PlatformSpec {
         name: "qemu",
@@ -43,7 +60,9 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         format: "qcow2 (compat 1.1)",
         ignition_id: "qemu",
         compressed: true,
-        built: false,
+        built: true,
+        default_serial: true,
+        default_kargs: TTY0_FIRST,
     },
     PlatformSpec {
         name: "openstack",
@@ -52,6 +71,8 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "openstack",
         compressed: true,
         built: false,
+        default_serial: true,
+        default_kargs: TTYS0_FIRST,
     },
     PlatformSpec {
         name: "aws",
@@ -60,6 +81,8 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "aws",
         compressed: true,
         built: false,
+        default_serial: true,
+        default_kargs: TTY0_FIRST,
     },
     PlatformSpec {
         name: "vmware",
@@ -68,6 +91,8 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "vmware",
         compressed: false,
         built: false,
+        default_serial: true,
+        default_kargs: TTYS0_FIRST,
     },
     PlatformSpec {
         name: "azure",
@@ -76,6 +101,8 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "azure",
         compressed: true,
         built: false,
+        default_serial: false,
+        default_kargs: TTY0_FIRST,
     },
     PlatformSpec {
         name: "gcp",
@@ -84,6 +111,8 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "gcp",
         compressed: false,
         built: false,
+        default_serial: true,
+        default_kargs: TTY0_FIRST,
     },
     PlatformSpec {
         name: "live",
@@ -92,6 +121,8 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "metal",
         compressed: false,
         built: false,
+        default_serial: false,
+        default_kargs: &[],
     },
 ];
 

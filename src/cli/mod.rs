@@ -33,8 +33,69 @@ pub enum Command {
     ///
     /// Example: bootimage-gen inspect quay.io/openshift-release-dev/ocp-release:4.18.0-x86_64 --import
     Inspect(InspectArgs),
+    /// Build the bootimages of one or more platforms from a release image.
+    ///
+    /// Resolves the release, imports its OS (cached by digest), builds one
+    /// base disk with the OS deployed, and derives each platform from it by
+    /// changing only the boot filesystem. Artifacts, meta.json and SHA256SUMS
+    /// go to the output directory; files appear under their final names only
+    /// when complete.
+    ///
+    /// Example: bootimage-gen generate quay.io/openshift-release-dev/ocp-release:4.18.0-x86_64 metal qemu -o ./out
+    Generate(GenerateArgs),
     /// List the platforms, their artifacts and formats.
     Platforms(PlatformsArgs),
+}
+
+/// Where the privileged disk steps run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// loopback when running as root with loop devices, else explain what is missing.
+    Auto,
+    /// On this host, with loop devices and mounts (needs root).
+    Loopback,
+}
+
+/// How progress is reported on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Progress {
+    /// Bars on a terminal, plain lines otherwise.
+    Auto,
+    /// Progress bars.
+    Tty,
+    /// One line per step.
+    Plain,
+    /// JSON Lines (one object per event) for CI.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Platforms to build (see `bootimage-gen platforms`).
+    #[arg(value_name = "PLATFORM", required = true)]
+    pub platforms: Vec<String>,
+    /// Output directory (created if missing).
+    #[arg(short, long, value_name = "DIR", default_value = "bootimages")]
+    pub output: PathBuf,
+    /// Where the privileged disk steps run.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// Compression of the metal and qemu artifacts: none, gzip, xz or zstd.
+    /// Default: the OS's image.json `compressor` (gzip for RHCOS).
+    #[arg(long, value_name = "KIND")]
+    pub compress: Option<String>,
+    /// Print the validated plan as JSON and stop; nothing is written.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Progress reporting on stderr.
+    #[arg(long, value_enum, default_value_t = Progress::Auto)]
+    pub progress: Progress,
+    /// Worker threads for encoding and compression (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// Where the release comes from and how to reach it.

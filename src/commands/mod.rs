@@ -1,4 +1,5 @@
 //! Command handlers, named after the CLI path.
+pub mod generate;
 pub mod input;
 pub mod inspect;
 pub mod platforms;
@@ -10,6 +11,7 @@ use anyhow::Result;
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect(a) => inspect::run(a),
+        Command::Generate(a) => generate::run(a),
         Command::Platforms(a) => platforms::run(a),
     }
 }
@@ -32,7 +34,4 @@ pub fn block_on<T, F: std::future::Future<Output = Result<T>>>(fut: F) -> Result
     })
 }
 
-/// The run was stopped by a signal; the payload is the exit code.
-#[derive(Debug, thiserror::Error)]
-#[error("interrupted by a signal; cleaned up")]
-pub struct Interrupted(pub i32);
+pub use crate::util::cancel::Interrupted;

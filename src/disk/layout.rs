@@ -82,6 +82,9 @@ pub const PARTITIONS: [PartSpec; 4] = [
 
 /// First partition starts at 1 MiB; all are 1 MiB aligned.
 pub const ALIGN: u64 = MIB;
+/// The last MiB of every disk is left to the backup GPT (at most 5 sectors of
+/// 4096 bytes), so a platform can move it without touching the root.
+pub const TAIL: u64 = MIB;
 
 /// A partition placed on a disk.
 #[derive(Debug, Clone, Serialize)]
@@ -105,29 +108,49 @@ pub fn entry_sectors(sector: u64) -> u64 {
 }
 
 impl Layout {
-    /// Place the table on a disk of `disk_size` bytes.
+    /// Place the table on a disk of `disk_size` bytes; the root partition
+    /// takes the rest, ending on a 1 MiB boundary before the backup GPT (so
+    /// the same root fits 512- and 4096-byte-sector disks of one size).
     pub fn new(disk_size: u64, sector_size: u64) -> Result<Self> {
+        Self::place(disk_size, sector_size, None)
+    }
+
+    /// Place the table with a root partition of exactly `root_size` bytes
+    /// (a derived platform: the same root on a possibly larger disk).
+    pub fn with_root(disk_size: u64, sector_size: u64, root_size: u64) -> Result<Self> {
+        Self::place(disk_size, sector_size, Some(root_size))
+    }
+
+    fn place(disk_size: u64, sector_size: u64, root_size: Option<u64>) -> Result<Self> {
         if sector_size != 512 && sector_size != 4096 {
             bail!("sector size {sector_size} is not supported (512 or 4096)");
         }
         if disk_size % sector_size != 0 {
             bail!("disk size {disk_size} is not a multiple of the sector size {sector_size}");
         }
-        let backup = (1 + entry_sectors(sector_size)) * sector_size;
+        let end = disk_size.saturating_sub(TAIL) / ALIGN * ALIGN;
         let mut start = ALIGN;
         let mut parts = Vec::new();
         for p in PARTITIONS {
-            let size = match p.size {
-                Some(s) => s,
-                None => {
-                    let end = disk_size.saturating_sub(backup);
+            let size = match (p.size, root_size) {
+                (Some(s), _) => s,
+                (None, Some(r)) => {
+                    if r % ALIGN != 0 || start + r > end {
+                        bail!(
+                            "a root partition of {r} bytes does not fit a disk of {} MiB",
+                            disk_size / MIB
+                        );
+                    }
+                    r
+                }
+                (None, None) => {
                     if end <= start + 64 * MIB {
                         bail!(
                             "a disk of {} MiB is too small for the CoreOS layout",
                             disk_size / MIB
                         );
                     }
-                    (end - start) / sector_size * sector_size
+                    end - start
                 }
             };
             parts.push(Placed {
@@ -152,11 +175,12 @@ impl Layout {
             .expect("label in the layout table")
     }
 
-    /// Smallest disk holding a root filesystem of `root` bytes.
-    pub fn disk_size_for_root(root: u64, sector_size: u64) -> u64 {
+    /// Smallest disk holding a root filesystem of `root` bytes (rounded up
+    /// to whole MiB): the fixed partitions, the root and the tail MiB that
+    /// holds the backup GPT.
+    pub fn disk_size_for_root(root: u64) -> u64 {
         let fixed: u64 = PARTITIONS.iter().filter_map(|p| p.size).sum();
-        let backup = (1 + entry_sectors(sector_size)) * sector_size;
-        (ALIGN + fixed + root + backup).div_ceil(MIB) * MIB
+        ALIGN + fixed + root.div_ceil(MIB) * MIB + TAIL
     }
 }
 
@@ -175,7 +199,12 @@ mod tests {
         }
         assert!(Layout::new(100 * MIB, 512).is_err());
         assert!(Layout::new(10 << 30, 1024).is_err());
-        let d = Layout::disk_size_for_root(1 << 30, 512);
-        assert!(Layout::new(d, 512).unwrap().part("root").size >= 1 << 30);
+        let d = Layout::disk_size_for_root(1 << 30);
+        for ss in [512, 4096] {
+            assert_eq!(Layout::new(d, ss).unwrap().part("root").size, 1 << 30);
+            let l = Layout::with_root(d + (5 << 30), ss, 1 << 30).unwrap();
+            assert_eq!(l.part("root").size, 1 << 30);
+        }
+        assert!(Layout::with_root(d, 512, 2 << 30).is_err());
     }
 }

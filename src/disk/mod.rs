@@ -1,6 +1,9 @@
 //! The disk: layout (table-driven) and partition table.
 pub mod bios;
+pub mod deploy;
+pub mod derive;
 pub mod esp;
 pub mod gpt;
 pub mod grubcfg;
 pub mod layout;
+pub mod mkfs;

@@ -1,5 +1,6 @@
-//! Streaming qcow2 (version 3, compat 1.1) writer: turns a raw, possibly
-//! sparse disk image into a qcow2 image holding only its non-zero clusters.
+//! Streaming qcow2 (version 3, compat 1.1) writer: turns a disk view (a raw,
+//! possibly sparse image, or a base with patches) into a qcow2 image holding
+//! only its non-zero clusters.
 //!
 //! Every constant below is taken from QEMU `docs/interop/qcow2.txt`.
 //!
@@ -15,11 +16,11 @@
 //! per data cluster); the metadata follows once the data count is known and
 //! the header is written last. Every cluster of the file is in use exactly
 //! once, so all refcounts are 1 and the refcount blocks are trivial.
+use crate::io::sparse::{clamped_extents, is_zero};
+use crate::io::view::{DiskView, FileView};
 use anyhow::{ensure, Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 /// Header magic, `'Q' 'F' 'I' 0xfb` (qcow2.txt: "magic").
@@ -132,14 +133,10 @@ impl Layout {
 }
 
 /// Convert the raw image at `src` into a qcow2 image at `dst`. The guest size
-/// is the source's length. The output is written to a temporary file next to
-/// `dst` and renamed into place only when complete.
+/// is the source's length rounded up to a sector. The output is written to a
+/// temporary file next to `dst` and renamed into place only when complete.
 pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
-    let input = File::open(src).with_context(|| format!("opening raw image {}", src.display()))?;
-    let size = input
-        .metadata()
-        .with_context(|| format!("reading size of {}", src.display()))?
-        .len();
+    let input = FileView::open(src).context("opening raw image")?;
     let dir = match dst.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -148,7 +145,7 @@ pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
         .prefix(".qcow2-")
         .tempfile_in(dir)
         .with_context(|| format!("creating temporary file in {}", dir.display()))?;
-    let stats = write_qcow2(&input, size, tmp.as_file_mut())
+    let stats = write_qcow2(&input, tmp.as_file_mut())
         .with_context(|| format!("converting {} to qcow2 {}", src.display(), dst.display()))?;
     tmp.as_file()
         .sync_all()
@@ -158,29 +155,32 @@ pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
     Ok(stats)
 }
 
-/// Write `src` (a raw disk image, possibly sparse) as a qcow2 image of
-/// `virtual_size` bytes to `out`, which must be empty: it is written from
-/// offset 0 with absolute seeks. Only clusters that are allocated in `src`
-/// (`SEEK_DATA`) and not entirely zero are stored; everything else stays
-/// unallocated and reads as zeros. `src` is read with `pread`, but its file
-/// offset is moved by the `lseek` calls that find its data.
+/// Write `view` as a qcow2 image straight to `out` (created or truncated,
+/// then fsynced; no temporary name: the caller renames).
+pub fn write_qcow2_file(view: &dyn DiskView, out: &Path) -> Result<Qcow2Stats> {
+    let mut file =
+        File::create(out).with_context(|| format!("creating qcow2 image {}", out.display()))?;
+    let stats = write_qcow2(view, &mut file)
+        .with_context(|| format!("writing qcow2 image {}", out.display()))?;
+    file.sync_all()
+        .with_context(|| format!("syncing qcow2 image {}", out.display()))?;
+    Ok(stats)
+}
+
+/// Write `src` (a disk view) as a qcow2 image to `out`, which must be empty:
+/// it is written from offset 0 with absolute seeks. The virtual size is the
+/// view's length rounded up to a whole 512-byte sector, as QEMU does for raw
+/// images (the padding reads as zeros). Only clusters that touch the view's
+/// data extents and are not entirely zero are stored; everything else stays
+/// unallocated and reads as zeros.
 ///
 /// Memory use is bounded by the virtual size: 8 bytes per stored cluster plus
 /// one L1 entry per 512 MiB of guest disk and a few fixed buffers.
-pub fn write_qcow2<W: Write + Seek>(
-    src: &File,
-    virtual_size: u64,
-    out: &mut W,
-) -> Result<Qcow2Stats> {
-    ensure!(
-        virtual_size % SECTOR_SIZE == 0,
-        "qcow2 virtual size {virtual_size} is not a multiple of {SECTOR_SIZE} bytes"
-    );
-    let src_len = src.metadata().context("reading raw image size")?.len();
-    ensure!(
-        src_len <= virtual_size,
-        "raw image is {src_len} bytes, larger than the qcow2 virtual size {virtual_size}"
-    );
+pub fn write_qcow2<W: Write + Seek>(src: &dyn DiskView, out: &mut W) -> Result<Qcow2Stats> {
+    let virtual_size = src
+        .len()
+        .checked_next_multiple_of(SECTOR_SIZE)
+        .context("disk size overflows")?;
     // The offset field has bits 9-55: larger guest disks cannot be addressed.
     ensure!(
         virtual_size <= ENTRY_OFFSET_MASK,
@@ -194,7 +194,7 @@ pub fn write_qcow2<W: Write + Seek>(
     w.write_all(&[0u8; CLUSTER_SIZE as usize])
         .context("writing qcow2 header cluster")?;
 
-    let guest = copy_data_clusters(src, src_len, virtual_size, &mut w)?;
+    let guest = copy_data_clusters(src, &mut w)?;
     let data_clusters = guest.len() as u64;
     let l2_tables = count_l2_tables(&guest);
     let layout = Layout::new(virtual_size, data_clusters, l2_tables);
@@ -215,34 +215,25 @@ pub fn write_qcow2<W: Write + Seek>(
     Ok(stats)
 }
 
-/// Stream every allocated, non-zero guest cluster to `w` (host clusters
-/// 1, 2, ... in guest order) and return their guest cluster numbers.
-fn copy_data_clusters<W: Write>(
-    src: &File,
-    src_len: u64,
-    virtual_size: u64,
-    w: &mut W,
-) -> Result<Vec<u64>> {
-    let guest_clusters = virtual_size.div_ceil(CLUSTER_SIZE);
+/// Stream every non-zero guest cluster within the view's data extents to
+/// `w` (host clusters 1, 2, ... in guest order) and return their guest
+/// cluster numbers.
+fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<Vec<u64>> {
+    let len = src.len();
     let mut guest = Vec::new();
     let mut buf = vec![0u8; (READ_BATCH_CLUSTERS * CLUSTER_SIZE) as usize];
     // First guest cluster not yet looked at.
     let mut next = 0u64;
-    while next < guest_clusters {
-        let pos = next * CLUSTER_SIZE;
-        if pos >= src_len {
-            break;
-        }
-        let Some((data, hole)) = next_data_extent(src, pos)? else {
-            break;
-        };
-        let first = data / CLUSTER_SIZE;
-        let end = hole.min(src_len).div_ceil(CLUSTER_SIZE).min(guest_clusters);
-        let mut c = first.max(next);
+    for r in clamped_extents(src).context("mapping the disk's data")? {
+        let end = r.end.div_ceil(CLUSTER_SIZE);
+        let mut c = (r.start / CLUSTER_SIZE).max(next);
         while c < end {
             let n = (end - c).min(READ_BATCH_CLUSTERS);
+            let pos = c * CLUSTER_SIZE;
+            // The last cluster may be partial: the view reads zeros past its end.
             let chunk = &mut buf[..(n * CLUSTER_SIZE) as usize];
-            read_full_at(src, chunk, c * CLUSTER_SIZE)?;
+            src.read_at(chunk, pos)
+                .with_context(|| format!("reading the disk at offset {pos}"))?;
             for (i, cluster) in chunk.chunks_exact(CLUSTER_SIZE as usize).enumerate() {
                 if !is_zero(cluster) {
                     w.write_all(cluster).with_context(|| {
@@ -256,61 +247,13 @@ fn copy_data_clusters<W: Write>(
             }
             c += n;
         }
-        next = end.max(next + 1);
+        next = next.max(end);
     }
+    // Bound check for the L2 tables: nothing past the virtual size.
+    debug_assert!(guest
+        .last()
+        .map_or(true, |&g| g < len.div_ceil(CLUSTER_SIZE)));
     Ok(guest)
-}
-
-/// The next data extent `[start, end)` at or after `pos`, from
-/// `lseek(SEEK_DATA)` / `lseek(SEEK_HOLE)`; `None` when only holes remain.
-fn next_data_extent(src: &File, pos: u64) -> Result<Option<(u64, u64)>> {
-    let fd = src.as_raw_fd();
-    let off = libc::off_t::try_from(pos).context("raw image offset out of range")?;
-    // SAFETY: lseek on a valid, borrowed file descriptor.
-    let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
-    if data < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ENXIO) {
-            return Ok(None);
-        }
-        return Err(err).with_context(|| format!("lseek(SEEK_DATA) at {pos} in raw image"));
-    }
-    // SAFETY: as above.
-    let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-    if hole < 0 {
-        let err = std::io::Error::last_os_error();
-        return Err(err).with_context(|| format!("lseek(SEEK_HOLE) at {data} in raw image"));
-    }
-    Ok(Some((data as u64, hole as u64)))
-}
-
-/// Fill `buf` from `offset`; bytes past the end of the file read as zeros.
-fn read_full_at(src: &File, buf: &mut [u8], offset: u64) -> Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match src.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => {
-                buf[done..].fill(0);
-                break;
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("reading raw image at offset {}", offset + done as u64)
-                })
-            }
-        }
-    }
-    Ok(())
-}
-
-/// True if every byte of `buf` is zero; OR-folds in 64-byte blocks so the
-/// compiler vectorises it, bailing out at the first non-zero block.
-fn is_zero(buf: &[u8]) -> bool {
-    let mut blocks = buf.chunks_exact(64);
-    let blocks_zero = blocks.all(|b| b.iter().fold(0u8, |a, &x| a | x) == 0);
-    blocks_zero && blocks.remainder().iter().all(|&b| b == 0)
 }
 
 /// Number of distinct L2 tables needed to map the (sorted) guest clusters.
@@ -429,6 +372,7 @@ mod tests {
     use super::*;
     use crate::util::cmd;
     use serde_json::Value;
+    use std::os::unix::fs::FileExt;
     use std::path::PathBuf;
 
     const MIB: u64 = 1 << 20;
@@ -577,9 +521,7 @@ mod tests {
         );
 
         let qcow2 = dir.path().join("disk.qcow2");
-        let mut out = File::create(&qcow2).unwrap();
-        let stats = write_qcow2(&File::open(&raw).unwrap(), size, &mut out).unwrap();
-        drop(out);
+        let stats = write_qcow2_file(&FileView::open(&raw).unwrap(), &qcow2).unwrap();
         assert_eq!(stats.data_clusters, clusters_touched(&regions));
         let data_bytes = stats.data_clusters * CLUSTER_SIZE;
         assert!(
@@ -660,13 +602,81 @@ mod tests {
         assert_eq!(empty.total_clusters, 3);
     }
 
+    /// A view of any length with no data, for size checks.
+    struct Empty(u64);
+    impl DiskView for Empty {
+        fn len(&self) -> u64 {
+            self.0
+        }
+        fn read_at(&self, buf: &mut [u8], _offset: u64) -> Result<()> {
+            buf.fill(0);
+            Ok(())
+        }
+        fn data_extents(&self) -> Result<Vec<std::ops::Range<u64>>> {
+            Ok(Vec::new())
+        }
+    }
+
     #[test]
-    fn rejects_bad_sizes() {
-        let f = tempfile::tempfile().unwrap();
-        f.set_len(MIB).unwrap();
+    fn rejects_too_large_disks() {
         let mut out = std::io::Cursor::new(Vec::new());
-        assert!(write_qcow2(&f, MIB - 1, &mut out).is_err());
-        let err = write_qcow2(&f, MIB / 2, &mut out).unwrap_err();
-        assert!(format!("{err:#}").contains("larger than"), "{err:#}");
+        let err = write_qcow2(&Empty(ENTRY_OFFSET_MASK + SECTOR_SIZE), &mut out).unwrap_err();
+        assert!(format!("{err:#}").contains("too large"), "{err:#}");
+        assert!(out.get_ref().is_empty(), "nothing written");
+    }
+
+    /// A length that is not a sector multiple is rounded up, like QEMU
+    /// does; the padding reads as zeros and the data up to it is intact.
+    #[test]
+    fn unaligned_length_rounds_up_to_a_sector() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 3 * MIB + 1000;
+        let raw = make_raw(
+            dir.path(),
+            size,
+            &[(0, 4096, Fill::Random), (size - 10, 10, Fill::Random)],
+        );
+        let qcow2 = dir.path().join("disk.qcow2");
+        let stats = write_qcow2_file(&FileView::open(&raw).unwrap(), &qcow2).unwrap();
+        assert_eq!(stats.virtual_size, 3 * MIB + 1024);
+        assert_eq!(stats.data_clusters, 2);
+        // The same content, padded by hand, must compare equal.
+        let padded = dir.path().join("padded.raw");
+        std::fs::copy(&raw, &padded).unwrap();
+        File::options()
+            .write(true)
+            .open(&padded)
+            .unwrap()
+            .set_len(3 * MIB + 1024)
+            .unwrap();
+        verify(&padded, &qcow2, 3 * MIB + 1024, &stats);
+    }
+
+    /// A base disk with a patch: the qcow2 holds the patched content and
+    /// compares equal to the view written out as a sparse raw file.
+    #[test]
+    fn composite_view_is_written_with_its_patch() {
+        use crate::io::sparse::{test_support, write_sparse};
+        use crate::io::view::{Composite, Patch};
+        let dir = tempfile::tempdir().unwrap();
+        let fx = test_support::fixture(dir.path(), 24 * MIB);
+        let base = FileView::open(&fx.base).unwrap();
+        let patch = Patch::from_file(&fx.patch, 7 * MIB, MIB).unwrap();
+        let c = Composite::new(&base, 64 * MIB, vec![patch]).unwrap();
+        let qcow2 = dir.path().join("c.qcow2");
+        let stats = write_qcow2_file(&c, &qcow2).unwrap();
+        let raw = dir.path().join("c.raw");
+        write_sparse(&c, &raw, &|_| {}).unwrap();
+        verify(&raw, &qcow2, 64 * MIB, &stats);
+        // And it differs from the unpatched base, so the compare can fail.
+        let plain = dir.path().join("plain.qcow2");
+        write_qcow2_file(&Composite::new(&base, 64 * MIB, vec![]).unwrap(), &plain).unwrap();
+        let st = std::process::Command::new("qemu-img")
+            .args(["compare", "-q", "-f", "raw", "-F", "qcow2"])
+            .arg(&raw)
+            .arg(&plain)
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(1), "compare must see the patch");
     }
 }

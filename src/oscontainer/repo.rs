@@ -55,6 +55,15 @@ impl Repo {
         Ok(())
     }
 
+    /// What a checkout of `commit` occupies on a filesystem with 4 KiB
+    /// blocks: each distinct file object once (a deployment hardlinks them),
+    /// rounded up to blocks, plus a block per directory.
+    pub fn content_size(&self, commit: &str) -> Result<ContentSize> {
+        let out = cmd::run(&mut self.ostree(&["ls", "-R", "-C", commit, "/"]))
+            .with_context(|| format!("listing commit {commit}"))?;
+        parse_content_size(&String::from_utf8_lossy(&out))
+    }
+
     /// Copy a commit from another repo, verifying every object.
     pub fn pull_local(&self, src: &Path, commit: &str) -> Result<()> {
         cmd::run(&mut self.ostree(&[
@@ -153,10 +162,59 @@ fn unquote_gvariant(s: &str) -> String {
 }
 
 #[cfg(test)]
+mod size_tests {
+    #[test]
+    fn content_size_counts_objects_once() {
+        let l = "d00755 0 0      0 aa bb /\n-00644 0 0   5000 c1 /a\n-00644 0 0   5000 c1 /b\nl00777 0 0 0 c3 /l -> a\n-00755 0 0 1 c2 /x\n";
+        let c = super::parse_content_size(l).unwrap();
+        assert_eq!((c.files, c.dirs, c.bytes), (2, 1, 4096 + 8192 + 4096));
+        assert!(super::parse_content_size("garbage").is_err());
+    }
+}
+
+#[cfg(test)]
 mod tests {
     #[test]
     fn unquote() {
         assert_eq!(super::unquote_gvariant("'418.94.1'"), "418.94.1");
         assert_eq!(super::unquote_gvariant("plain"), "plain");
     }
+}
+
+/// Size of a commit's content; see [`Repo::content_size`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ContentSize {
+    pub bytes: u64,
+    pub files: u64,
+    pub dirs: u64,
+}
+
+/// Parse `ostree ls -R -C` lines: `<type+mode> <uid> <gid> <size> <checksum...> <path>`.
+pub fn parse_content_size(listing: &str) -> Result<ContentSize> {
+    const BLOCK: u64 = 4096;
+    let mut seen = std::collections::HashSet::new();
+    let mut c = ContentSize::default();
+    for line in listing.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 {
+            bail!("unexpected `ostree ls` line: {line}");
+        }
+        match f[0].chars().next() {
+            Some('d') => {
+                c.dirs += 1;
+                c.bytes += BLOCK;
+            }
+            Some('-') => {
+                let size: u64 = f[3]
+                    .parse()
+                    .with_context(|| format!("size in `ostree ls` line: {line}"))?;
+                if seen.insert(f[4].to_string()) {
+                    c.files += 1;
+                    c.bytes += size.div_ceil(BLOCK) * BLOCK;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(c)
 }

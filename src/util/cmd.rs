@@ -2,10 +2,13 @@
 //! stderr, and puts its tail into the error so failures explain themselves.
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
+use std::io::Read;
 use std::process::{Command, Stdio};
 
 /// How many trailing stderr lines go into an error message.
 const STDERR_TAIL_LINES: usize = 12;
+/// How often a running command is checked for exit or cancellation.
+const POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Render a command line for logs and errors.
 pub fn render(cmd: &Command) -> String {
@@ -40,27 +43,61 @@ where
 }
 
 /// Run a command to completion; on failure the error names the command, its
-/// exit status and the tail of its stderr. Returns stdout.
+/// exit status and the tail of its stderr. Returns stdout. A pending
+/// SIGINT/SIGTERM ([`super::cancel`]) kills the command and returns
+/// `Interrupted`.
 pub fn run(cmd: &mut Command) -> Result<Vec<u8>> {
     let line = render(cmd);
     tracing::debug!(target: "cmd", "running: {line}");
-    let out = cmd
+    super::cancel::check()?;
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .output()
+        .spawn()
         .with_context(|| {
             format!("cannot start `{line}` (is it installed? run scripts/install-deps.sh)")
         })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = loop {
+        if let Some(s) = child
+            .try_wait()
+            .with_context(|| format!("waiting for `{line}`"))?
+        {
+            break s;
+        }
+        if super::cancel::pending().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = out_t.join();
+            let _ = err_t.join();
+            return Err(super::cancel::check().unwrap_err());
+        }
+        std::thread::sleep(POLL);
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    if !status.success() {
+        super::cancel::check()?;
+        let err = String::from_utf8_lossy(&stderr);
         let t = tail(&err);
         if t.is_empty() {
-            bail!("`{line}` failed ({})", out.status);
+            bail!("`{line}` failed ({status})");
         }
-        bail!("`{line}` failed ({}):\n{t}", out.status);
+        bail!("`{line}` failed ({status}):\n{t}");
     }
-    Ok(out.stdout)
+    Ok(stdout)
 }
 
 /// Like [`run`] but returns stdout as a trimmed string.

@@ -1,5 +1,7 @@
 //! Small shared helpers: the external command wrapper and friends.
+pub mod cancel;
 pub mod cmd;
+pub mod progress;
 pub mod ui;
 
 /// Lower-case hex SHA-256 of a byte slice.

@@ -2,6 +2,7 @@
 //! docker-registry (127.0.0.1 only; plain HTTP or TLS + htpasswd) that is
 //! stopped when dropped.
 #![allow(dead_code)]
+pub mod boot;
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,174 @@
+//! The loopback backend's guards: one type per privileged resource (loop
+//! device, mount). Each is released explicitly with `close()` (errors
+//! reported) in reverse order of creation, and by a best-effort `Drop` when
+//! an error or a signal unwinds the run.
+use crate::util::cmd;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// A loop device over a byte range of an image file.
+#[derive(Debug)]
+pub struct LoopDevice {
+    dev: Option<PathBuf>,
+}
+
+impl LoopDevice {
+    /// Attach `[offset, offset+size)` of `file` with the given logical
+    /// sector size. The kernel parses no partition tables here, so every
+    /// partition gets its own device.
+    pub fn attach(file: &Path, offset: u64, size: u64, sector_size: u64) -> Result<Self> {
+        let mut c = cmd::new(
+            "losetup",
+            [
+                "--find".to_string(),
+                "--show".into(),
+                format!("--offset={offset}"),
+                format!("--sizelimit={size}"),
+                format!("--sector-size={sector_size}"),
+                file.display().to_string(),
+            ],
+        );
+        let out = cmd::run_str(&mut c).with_context(|| {
+            format!(
+                "attaching a loop device to {} at offset {offset}",
+                file.display()
+            )
+        })?;
+        let dev = PathBuf::from(out.lines().last().unwrap_or_default());
+        tracing::debug!("attached {} ({} +{offset})", dev.display(), file.display());
+        Ok(LoopDevice { dev: Some(dev) })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dev.as_deref().expect("attached loop device")
+    }
+
+    fn detach(dev: &Path) -> Result<()> {
+        // Tolerate a brief EBUSY just after an unmount.
+        let mut last = None;
+        for _ in 0..50 {
+            match cmd::run(&mut cmd::new("losetup", ["-d".as_ref(), dev.as_os_str()])) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Err(last.expect("an attempt was made"))
+            .with_context(|| format!("detaching loop device {}", dev.display()))
+    }
+
+    /// Detach, reporting errors.
+    pub fn close(mut self) -> Result<()> {
+        match self.dev.take() {
+            Some(d) => Self::detach(&d),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        if let Some(d) = self.dev.take() {
+            // Not the cmd wrapper: it refuses to run once a signal is pending.
+            let ok = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(&d)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                tracing::warn!("could not detach loop device {}", d.display());
+            }
+        }
+    }
+}
+
+/// A mounted filesystem.
+#[derive(Debug)]
+pub struct Mount {
+    target: Option<PathBuf>,
+}
+
+impl Mount {
+    pub fn new(dev: &Path, target: &Path, fstype: &str, options: &str) -> Result<Self> {
+        std::fs::create_dir_all(target)
+            .with_context(|| format!("creating mount point {}", target.display()))?;
+        let mut c = cmd::new("mount", ["-t", fstype, "-o", options]);
+        c.arg(dev).arg(target);
+        cmd::run(&mut c)
+            .with_context(|| format!("mounting {} on {}", dev.display(), target.display()))?;
+        Ok(Mount {
+            target: Some(target.to_path_buf()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.target.as_deref().expect("mounted")
+    }
+
+    /// Unmount, reporting errors.
+    pub fn close(mut self) -> Result<()> {
+        match self.target.take() {
+            Some(t) => {
+                cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
+                    .with_context(|| format!("unmounting {}", t.display()))?;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(t) = self.target.take() {
+            let ok = std::process::Command::new("umount")
+                .arg(&t)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                // Last resort so the loop device can go: detach lazily.
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&t)
+                    .status();
+                tracing::warn!("unmounted {} lazily", t.display());
+            }
+        }
+    }
+}
+
+/// A loop device with its filesystem mounted: closed as mount, then device.
+pub struct Mounted {
+    mount: Option<Mount>,
+    dev: Option<LoopDevice>,
+}
+
+impl Mounted {
+    pub fn new(dev: LoopDevice, target: &Path, fstype: &str, options: &str) -> Result<Self> {
+        let mount = Mount::new(dev.path(), target, fstype, options)?;
+        Ok(Mounted {
+            mount: Some(mount),
+            dev: Some(dev),
+        })
+    }
+    pub fn path(&self) -> &Path {
+        self.mount.as_ref().expect("mounted").path()
+    }
+    pub fn close(mut self) -> Result<()> {
+        if let Some(m) = self.mount.take() {
+            m.close()?;
+        }
+        if let Some(d) = self.dev.take() {
+            d.close()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // Fields would drop in declaration order anyway; be explicit.
+        drop(self.mount.take());
+        drop(self.dev.take());
+    }
+}

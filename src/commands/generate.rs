@@ -1,0 +1,560 @@
+//! `generate`: validate, plan, import, build the base disk once, derive and
+//! encode each platform, publish atomically with meta.json and SHA256SUMS.
+use super::input::{self, Input};
+use crate::backend::{
+    self,
+    loopback::{LoopDevice, Mounted},
+};
+use crate::cli::GenerateArgs;
+use crate::disk::{
+    bios, deploy, derive, esp, gpt, grubcfg,
+    layout::{Layout, DISK_GUID, PARTITIONS},
+    mkfs,
+};
+use crate::io::compress::{self, Compressor};
+use crate::io::view::{Composite, DiskView, FileView, Patch};
+use crate::meta::{self, ContainerImage, ImageEntry, Meta};
+use crate::oscontainer::{OsFormat, OsInfo};
+use crate::plan::{Plan, PlanArtifact, PlanInput};
+use crate::platforms::{self, PlatformSpec};
+use crate::util::{cancel, progress::Reporter};
+use anyhow::{bail, ensure, Context, Result};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// FAT volume id of the ESP (SPEC 2; cosa `coreos.osbuild.x86_64.mpp.yaml`).
+pub const ESP_VOLUME_ID: u32 = 0x7B77_95E7;
+/// Where the OS ships its EFI binaries and its BIOS GRUB modules (SPEC 2).
+pub const OS_EFI_DIR: &str = "usr/lib/bootupd/updates/EFI";
+pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
+/// Space kept free beyond the estimates.
+const SPACE_MARGIN: u64 = 256 << 20;
+
+pub fn run(a: GenerateArgs) -> Result<()> {
+    cancel::install()?;
+    let specs = parse_platforms(&a.platforms)?;
+    let compressor = a.compress.as_deref().map(Compressor::parse).transpose()?;
+    check_output_dir(&a.output)?;
+    let chosen = backend::choose(a.backend)?;
+    let input = Input::from_args(&a.input)?;
+    let reporter = Reporter::new(a.progress);
+    let loaded = super::block_on(input::load(&input, !a.dry_run))?;
+    let os = loaded.os.as_ref();
+    let content = match os {
+        Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
+        None => None,
+    };
+    let plan = Plan::build(PlanInput {
+        resolved: &loaded.resolved,
+        os,
+        content_bytes: content,
+        platforms: &specs,
+        compressor,
+        backend: chosen,
+        output_dir: a.output.clone(),
+    })?;
+    if a.dry_run {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(());
+    }
+    let os = os.context("the OS was imported")?;
+    let commit = &os.commit;
+    check_bootloader(&loaded.cache.repo, commit, &plan)?;
+    std::fs::create_dir_all(&a.output)
+        .with_context(|| format!("creating output directory {}", a.output.display()))?;
+    let new_meta = start_meta(&plan, os, &loaded.resolved);
+    if let Some(old) = meta::read_meta(&a.output)? {
+        if !old.same_build(&new_meta) {
+            bail!(
+                "{} already holds meta.json of another build ({} {}, commit {}); use an empty output directory",
+                a.output.display(),
+                old.name,
+                old.buildid,
+                input::short(&old.ostree_commit)
+            );
+        }
+    }
+    let work = loaded.cache.tempdir()?;
+    check_space(&plan, work.path(), &a.output)?;
+    reporter.note(&format!(
+        "building {} for {} {} (release {}), backend {}: {}",
+        plan.artifacts
+            .iter()
+            .map(|x| x.platform.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        plan.name,
+        plan.version,
+        plan.release.version,
+        plan.backend.name,
+        plan.backend.reason
+    ));
+    let threads = a.threads.unwrap_or(0);
+    let b = Builder {
+        plan: &plan,
+        os,
+        resolved: &loaded.resolved,
+        cache_repo: &loaded.cache.repo.path,
+        work: work.path(),
+        out: &a.output,
+        r: &reporter,
+        threads,
+    };
+    let base = b.build_base()?;
+    let mut m = new_meta;
+    for art in &plan.artifacts {
+        cancel::check()?;
+        let entry = b.artifact(&base, art)?;
+        m.images.insert(art.meta_key.clone(), entry);
+    }
+    let written = meta::write_merged_meta(&a.output, m)?;
+    meta::write_sha256sums(&a.output, &written.checksums())?;
+    drop(base);
+    work.close().context("removing the work directory")?;
+    reporter.note(&format!(
+        "done: {} (meta.json, SHA256SUMS)",
+        a.output.display()
+    ));
+    Ok(())
+}
+
+fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
+    let mut v: Vec<&'static PlatformSpec> = Vec::new();
+    for n in names {
+        let Some(p) = platforms::find(n) else {
+            bail!(
+                "unknown platform '{n}'; valid platforms: {}",
+                platforms::names().join(", ")
+            );
+        };
+        if !p.built {
+            bail!(
+                "platform '{n}' is not built by this version yet; built now: {}",
+                platforms::PLATFORMS
+                    .iter()
+                    .filter(|p| p.built)
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if !v.iter().any(|x| x.name == p.name) {
+            v.push(p);
+        }
+    }
+    Ok(v)
+}
+
+fn check_output_dir(dir: &Path) -> Result<()> {
+    let probe = if dir.exists() {
+        if !dir.is_dir() {
+            bail!(
+                "output path {} exists and is not a directory; pass -o with a directory",
+                dir.display()
+            );
+        }
+        dir.to_path_buf()
+    } else {
+        // The nearest existing ancestor must let us create it.
+        let mut p = dir.to_path_buf();
+        while !p.exists() {
+            match p.parent() {
+                Some(q) if !q.as_os_str().is_empty() => p = q.to_path_buf(),
+                _ => {
+                    p = PathBuf::from(".");
+                    break;
+                }
+            }
+        }
+        if !p.is_dir() {
+            bail!(
+                "cannot create output directory {}: {} is not a directory",
+                dir.display(),
+                p.display()
+            );
+        }
+        p
+    };
+    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes())?;
+    // SAFETY: access(2) on a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        bail!(
+            "output directory {} is not writable ({}); choose another with -o",
+            probe.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// The OS must ship what the bootloaders need.
+fn check_bootloader(
+    repo: &crate::oscontainer::repo::Repo,
+    commit: &str,
+    plan: &Plan,
+) -> Result<()> {
+    let efi = format!("/{OS_EFI_DIR}");
+    if repo.list_dir(commit, &efi)?.is_none_or(|v| v.is_empty()) {
+        bail!("the OS has no GRUB for UEFI: {efi} is missing or empty in commit {} (CoreOS ships its EFI binaries there via bootupd); cannot build a bootable disk", input::short(commit));
+    }
+    if plan.artifacts.iter().any(|x| x.bios) {
+        let dir = format!("/{OS_GRUB_BIOS_DIR}");
+        let ok = repo
+            .list_dir(commit, &dir)?
+            .is_some_and(|v| v.iter().any(|(_, n)| n == "boot.img"));
+        if !ok {
+            bail!("the OS has no GRUB for BIOS: {dir}/boot.img is missing in commit {}; {} need it (metal4k alone does not)", input::short(commit),
+                plan.artifacts.iter().filter(|x| x.bios).map(|x| x.platform.as_str()).collect::<Vec<_>>().join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// Free bytes for unprivileged users on the filesystem holding `p`, and its device.
+fn free_space(p: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs on a valid path into a zeroed struct.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statvfs {}", p.display()));
+    }
+    let dev = std::fs::metadata(p)?.dev();
+    Ok((s.f_bavail as u64 * s.f_frsize as u64, dev))
+}
+
+/// Estimated bytes: the work dir holds the base disk's data, a boot
+/// filesystem per platform and a qcow2 before compression; each artifact
+/// holds at most the disk's data (compressed ones about half).
+fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
+    let d = plan
+        .disk
+        .as_ref()
+        .context("disk sizes known after import")?;
+    let data = d.content_bytes + (64 << 20);
+    let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20);
+    if plan
+        .artifacts
+        .iter()
+        .any(|x| x.platform == "qemu" && x.compressed)
+    {
+        work_need += data;
+    }
+    let out_need: u64 = plan
+        .artifacts
+        .iter()
+        .map(|x| if x.compressed { data / 2 } else { data })
+        .sum();
+    let (wfree, wdev) = free_space(work)?;
+    let (ofree, odev) = free_space(out)?;
+    let fmt = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    if wdev == odev {
+        let need = work_need + out_need + SPACE_MARGIN;
+        if wfree < need {
+            bail!("not enough free space: the build needs about {} in {} (work) and {} (output), both on one filesystem with {} free; free some space or use -o / --cache-dir on a larger filesystem", fmt(work_need), work.display(), out.display(), fmt(wfree));
+        }
+    } else {
+        if wfree < work_need + SPACE_MARGIN {
+            bail!("not enough free space in the cache directory {}: the build needs about {} there and {} is free; use --cache-dir on a larger filesystem", work.display(), fmt(work_need), fmt(wfree));
+        }
+        if ofree < out_need + SPACE_MARGIN {
+            bail!("not enough free space in output directory {}: the artifacts need about {} and {} is free; choose another with -o", out.display(), fmt(out_need), fmt(ofree));
+        }
+    }
+    Ok(())
+}
+
+fn start_meta(plan: &Plan, os: &OsInfo, r: &crate::release::resolve::Resolved) -> Meta {
+    let mut m = Meta::new(
+        &plan.name,
+        &os.version,
+        &os.commit,
+        &meta::rfc3339_utc(os.timestamp),
+        &plan.release.arch,
+    );
+    m.base_oscontainer = Some(ContainerImage {
+        image: r.os_pullspec.clone(),
+        digest: Some(r.os_digest.clone()),
+        tags: vec![r.os_tag.clone()],
+        comment: None,
+    });
+    m.release_payload = Some(ContainerImage {
+        image: r.release_ref.clone(),
+        digest: Some(r.release_digest.clone()),
+        tags: vec![r.release_version.clone()],
+        comment: Some("OpenShift release image the OS was resolved from".into()),
+    });
+    m
+}
+
+/// The base disk, ready for deriving.
+pub struct Base {
+    path: PathBuf,
+    file: File,
+    layout: Layout,
+    entries: Vec<(PathBuf, grubcfg::BlsEntry)>,
+    /// The 4K-sector ESP, built when metal4k is planned.
+    esp4k: Option<PathBuf>,
+}
+
+struct Builder<'a> {
+    plan: &'a Plan,
+    os: &'a OsInfo,
+    resolved: &'a crate::release::resolve::Resolved,
+    cache_repo: &'a Path,
+    work: &'a Path,
+    out: &'a Path,
+    r: &'a Reporter,
+    threads: usize,
+}
+
+impl Builder<'_> {
+    fn origin(&self) -> String {
+        match self.resolved.os_format {
+            OsFormat::OstreeNative => format!(
+                "[origin]\ncontainer-image-reference=ostree-unverified-registry:{}\n",
+                self.resolved.os_pullspec
+            ),
+            OsFormat::Legacy => format!("[origin]\nrefspec={}\n", self.os.commit),
+        }
+    }
+
+    fn aleph(&self) -> deploy::Aleph {
+        deploy::Aleph {
+            build: self.os.version.clone(),
+            ref_: String::new(),
+            version: self.os.version.clone(),
+            ostree_commit: self.os.commit.clone(),
+            container_image: (self.resolved.os_format == OsFormat::OstreeNative).then(|| {
+                deploy::AlephImage {
+                    image_name: self.resolved.os_pullspec.clone(),
+                    image_digest: self.resolved.os_digest.clone(),
+                    container_imgref: format!(
+                        "ostree-unverified-registry:{}",
+                        self.resolved.os_pullspec
+                    ),
+                }
+            }),
+        }
+    }
+
+    /// GPT, filesystems, deployment, bootloaders: once per run.
+    fn build_base(&self) -> Result<Base> {
+        let d = self.plan.disk.as_ref().context("disk plan")?;
+        let step = self.r.step("base disk");
+        let path = self.work.join("base.raw");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        file.set_len(d.metal_size)?;
+        let layout = Layout::new(d.metal_size, 512)?;
+        ensure!(
+            layout.part("root").size == d.root_size,
+            "root partition size differs from the plan"
+        );
+        gpt::write(&mut file, &layout, DISK_GUID)?;
+        let spec = |fs_label: &str| {
+            PARTITIONS
+                .iter()
+                .find(|p| p.label == fs_label)
+                .expect("table row")
+        };
+        let root_p = layout.part("root").clone();
+        let boot_p = layout.part("boot").clone();
+        let kernel = &self.os.kernel_version;
+        let root_dev = LoopDevice::attach(&path, root_p.start, root_p.size, 512)?;
+        crate::util::cmd::run(&mut mkfs::command(spec("root"), root_dev.path(), kernel)?)
+            .context("making the root filesystem")?;
+        let boot_dev = LoopDevice::attach(&path, boot_p.start, boot_p.size, 512)?;
+        crate::util::cmd::run(&mut mkfs::command(spec("boot"), boot_dev.path(), kernel)?)
+            .context("making the boot filesystem")?;
+        let mnt = self.work.join("mnt");
+        let root_m = Mounted::new(root_dev, &mnt, "xfs", "rw")?;
+        std::fs::create_dir_all(mnt.join("boot"))?;
+        let boot_m = Mounted::new(boot_dev, &mnt.join("boot"), "ext4", "rw")?;
+        let kargs = &d.kargs;
+        let platforms_json = self.os.config.platforms.as_ref().map(|p| p.raw.as_slice());
+        let dep = deploy::deploy(
+            root_m.path(),
+            &deploy::Deploy {
+                source_repo: self.cache_repo,
+                commit: &self.os.commit,
+                osname: &self.os.osname,
+                kargs,
+                origin: self.origin(),
+                aleph: self.aleph(),
+                platforms_json,
+            },
+        )?;
+        cancel::check()?;
+        let tree = root_m.path().join(&dep.deploy_dir);
+        let boot = boot_m.path().to_path_buf();
+        let entries = derive::read_entries(&boot, &dep.entries)?;
+        // Bootloaders, from the OS tree.
+        let efi_src = tree.join(OS_EFI_DIR);
+        let vendor = esp::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
+        let stub = vec![(
+            format!("EFI/{vendor}/grub.cfg"),
+            grubcfg::efi_stub_cfg().into_bytes(),
+        )];
+        let esp_p = layout.part("EFI-SYSTEM").clone();
+        esp::build_esp(
+            &file,
+            esp_p.start,
+            esp_p.size,
+            512,
+            ESP_VOLUME_ID,
+            "EFI-SYSTEM",
+            &efi_src,
+            &stub,
+        )?;
+        let esp4k = if self.plan.artifacts.iter().any(|x| x.sector_size == 4096) {
+            let p = self.work.join("esp4k.img");
+            esp::build_esp_file(
+                &p,
+                esp_p.size,
+                4096,
+                ESP_VOLUME_ID,
+                "EFI-SYSTEM",
+                &efi_src,
+                &stub,
+            )?;
+            Some(p)
+        } else {
+            None
+        };
+        if self.plan.artifacts.iter().any(|x| x.bios) {
+            let grub = tree.join(OS_GRUB_BIOS_DIR);
+            bios::install_bios(&file, &layout, &grub, self.work)?;
+            bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
+        }
+        boot_m.close()?;
+        root_m.close()?;
+        file.sync_all()?;
+        step.done(&format!(
+            "{} MiB disk, {} MiB of OS content, kernel {}",
+            d.metal_size >> 20,
+            d.content_bytes >> 20,
+            kernel
+        ));
+        Ok(Base {
+            path,
+            file,
+            layout,
+            entries,
+            esp4k,
+        })
+    }
+
+    /// Derive, encode, compress and publish one artifact.
+    fn artifact(&self, base: &Base, art: &PlanArtifact) -> Result<ImageEntry> {
+        let d = self.plan.disk.as_ref().context("disk plan")?;
+        let step = self.r.step(art.platform.clone());
+        let disk_size = art.disk_size.context("disk size")?;
+        // The boot filesystem of this platform.
+        let boot_p = base.layout.part("boot").clone();
+        let boot_img = self.work.join(format!("boot-{}.img", art.platform));
+        drop(derive::copy_region(
+            &base.file,
+            boot_p.start,
+            boot_p.size,
+            &boot_img,
+        )?);
+        let dev = LoopDevice::attach(&boot_img, 0, boot_p.size, 512)?;
+        let m = Mounted::new(
+            dev,
+            &self.work.join(format!("mnt-{}", art.platform)),
+            "ext4",
+            "rw",
+        )?;
+        derive::edit_boot(
+            m.path(),
+            &base.entries,
+            &derive::BootEdit {
+                platform_id: &art.ignition_platform_id,
+                kargs: &art.kargs,
+                grub_commands: &art.grub_commands,
+            },
+        )?;
+        m.close()?;
+        // The disk as this platform sees it.
+        let layout = Layout::with_root(disk_size, art.sector_size, d.root_size)?;
+        let mut patches = derive::table_patches(
+            &base.file,
+            base.layout.disk_size,
+            &layout,
+            art.bios,
+            &self.work.join(format!("table-{}.img", art.platform)),
+        )?;
+        patches.push(Patch::from_file(&boot_img, boot_p.start, boot_p.size)?);
+        if art.sector_size == 4096 {
+            let esp_p = base.layout.part("EFI-SYSTEM");
+            let p = base.esp4k.as_ref().context("4K ESP")?;
+            patches.push(Patch::from_file(p, esp_p.start, esp_p.size)?);
+        }
+        let base_view = FileView::open(&base.path)?;
+        let view = Composite::new(&base_view, disk_size, patches)?;
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{}.", art.file))
+            .suffix(".partial")
+            .tempfile_in(self.out)
+            .with_context(|| format!("creating a temporary file in {}", self.out.display()))?;
+        let kind = if art.compressed {
+            self.plan.compressor
+        } else {
+            Compressor::None
+        };
+        let level = self.plan.compression_level;
+        let total = view.len();
+        let prog = |done: u64| step.bytes(done, total);
+        let extension = platforms::find(&art.platform)
+            .map(|p| p.extension)
+            .unwrap_or("raw");
+        let entry = if extension == "qcow2" {
+            if art.compressed {
+                let q = self.work.join(format!("{}.qcow2", art.platform));
+                crate::formats::qcow2::write_qcow2_file(&view, &q)?;
+                let qv = FileView::open(&q)?;
+                let w = compress::compress_view(kind, level, &qv, tmp.path(), self.threads, &prog)?;
+                std::fs::remove_file(&q).ok();
+                written_entry(&art.file, &w, true)
+            } else {
+                crate::formats::qcow2::write_qcow2_file(&view, tmp.path())?;
+                let (sha, size) = meta::sha256_file(tmp.path())?;
+                ImageEntry {
+                    path: art.file.clone(),
+                    sha256: sha,
+                    size,
+                    uncompressed_sha256: None,
+                    uncompressed_size: None,
+                    skip_compression: None,
+                }
+            }
+        } else {
+            let w = compress::compress_view(kind, level, &view, tmp.path(), self.threads, &prog)?;
+            written_entry(&art.file, &w, art.compressed)
+        };
+        cancel::check()?;
+        let dst = self.out.join(&art.file);
+        tmp.persist(&dst)
+            .with_context(|| format!("renaming into {}", dst.display()))?;
+        std::fs::remove_file(&boot_img).ok();
+        step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));
+        Ok(entry)
+    }
+}
+
+fn written_entry(file: &str, w: &compress::Written, compressed: bool) -> ImageEntry {
+    ImageEntry {
+        path: file.to_string(),
+        sha256: w.sha256.clone(),
+        size: w.size,
+        uncompressed_sha256: compressed.then(|| w.uncompressed_sha256.clone()),
+        uncompressed_size: compressed.then_some(w.uncompressed_size),
+        skip_compression: None,
+    }
+}

@@ -1,0 +1,180 @@
+//! The ostree deployment on a mounted root (boot filesystem mounted at
+//! `<root>/boot`), in the order of SPEC 2: init-fs, os-init, repo config,
+//! `/boot/efi`, the `ignition.firstboot` stamp, deploy with kargs, aleph
+//! version file, `platforms.json`.
+use crate::util::cmd;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The stamp file GRUB looks for on the boot filesystem (SPEC 2).
+pub const FIRSTBOOT_STAMP: &str = "ignition.firstboot";
+/// The aleph version file at the root of the root filesystem.
+pub const ALEPH: &str = ".coreos-aleph-version.json";
+/// Where platforms.json goes on the boot filesystem.
+pub const BOOT_PLATFORMS_JSON: &str = "coreos/platforms.json";
+/// Repo configuration set on the sysroot repo (SPEC 2).
+pub const REPO_CONFIG: [(&str, &str); 3] = [
+    ("sysroot.readonly", "true"),
+    ("sysroot.bootloader", "none"),
+    ("sysroot.bootprefix", "true"),
+];
+
+/// What to deploy.
+pub struct Deploy<'a> {
+    pub source_repo: &'a Path,
+    pub commit: &'a str,
+    pub osname: &'a str,
+    /// Kernel arguments, in order (before the per-platform ones).
+    pub kargs: &'a [String],
+    /// Content of the deployment's origin file.
+    pub origin: String,
+    pub aleph: Aleph,
+    /// `platforms.json` of the OS, copied verbatim when present.
+    pub platforms_json: Option<&'a [u8]>,
+}
+
+/// `/.coreos-aleph-version.json`: what the disk was built from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Aleph {
+    pub build: String,
+    #[serde(rename = "ref")]
+    pub ref_: String,
+    pub version: String,
+    #[serde(rename = "ostree-commit")]
+    pub ostree_commit: String,
+    #[serde(rename = "container-image", skip_serializing_if = "Option::is_none")]
+    pub container_image: Option<AlephImage>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AlephImage {
+    #[serde(rename = "image-name")]
+    pub image_name: String,
+    #[serde(rename = "image-digest")]
+    pub image_digest: String,
+    #[serde(rename = "container-imgref")]
+    pub container_imgref: String,
+}
+
+/// The deployment made.
+#[derive(Debug, Clone)]
+pub struct Deployed {
+    /// Path of the deployment's root, relative to the sysroot.
+    pub deploy_dir: PathBuf,
+    /// The BLS entries ostree wrote, relative to the boot filesystem.
+    pub entries: Vec<PathBuf>,
+}
+
+fn ostree<I: IntoIterator<Item = String>>(args: I) -> std::process::Command {
+    cmd::new("ostree", args)
+}
+
+fn write(path: &Path, data: &[u8]) -> Result<()> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
+    }
+    std::fs::write(path, data).with_context(|| format!("writing {}", path.display()))
+}
+
+/// BLS entries under `<boot>/loader/entries`, relative to `boot`.
+pub fn bls_entries(boot: &Path) -> Result<Vec<PathBuf>> {
+    let dir = boot.join("loader/entries");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let n = e.file_name();
+        if n.to_string_lossy().ends_with(".conf") {
+            v.push(PathBuf::from("loader/entries").join(n));
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Deploy into the mounted sysroot at `root`.
+pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
+    let sysroot = format!("--sysroot={}", root.display());
+    let repo = format!("--repo={}", root.join("ostree/repo").display());
+    cmd::run(&mut ostree([
+        "admin".into(),
+        "init-fs".into(),
+        "--modern".into(),
+        root.display().to_string(),
+    ]))
+    .context("ostree admin init-fs")?;
+    cmd::run(&mut ostree([
+        "admin".into(),
+        "os-init".into(),
+        sysroot.clone(),
+        d.osname.into(),
+    ]))
+    .with_context(|| format!("ostree admin os-init {}", d.osname))?;
+    for (k, v) in REPO_CONFIG {
+        cmd::run(&mut ostree([
+            "config".into(),
+            repo.clone(),
+            "set".into(),
+            k.into(),
+            v.into(),
+        ]))
+        .with_context(|| format!("setting {k} in the sysroot repo"))?;
+    }
+    crate::util::cancel::check()?;
+    cmd::run(&mut ostree([
+        "pull-local".into(),
+        repo.clone(),
+        d.source_repo.display().to_string(),
+        d.commit.into(),
+    ]))
+    .with_context(|| format!("copying commit {} into the sysroot repo", d.commit))?;
+    let boot = root.join("boot");
+    std::fs::create_dir_all(boot.join("efi")).context("creating /boot/efi")?;
+    write(&boot.join(FIRSTBOOT_STAMP), b"")?;
+    let origin = root.join("ostree/deploy").join(d.osname).join("origin.tmp");
+    write(&origin, d.origin.as_bytes())?;
+    let mut args: Vec<String> = vec![
+        "admin".into(),
+        "deploy".into(),
+        sysroot.clone(),
+        format!("--os={}", d.osname),
+        format!("--origin-file={}", origin.display()),
+        "--karg-none".into(),
+    ];
+    args.extend(d.kargs.iter().map(|k| format!("--karg-append={k}")));
+    args.push(d.commit.into());
+    crate::util::cancel::check()?;
+    cmd::run(&mut ostree(args))
+        .with_context(|| format!("deploying {} as stateroot {}", d.commit, d.osname))?;
+    std::fs::remove_file(&origin).ok();
+    let deploy_root = root.join("ostree/deploy").join(d.osname).join("deploy");
+    let mut deployments: Vec<PathBuf> = std::fs::read_dir(&deploy_root)
+        .with_context(|| format!("reading {}", deploy_root.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.path())
+        .collect();
+    if deployments.len() != 1 {
+        bail!(
+            "expected one deployment under {}, found {}",
+            deploy_root.display(),
+            deployments.len()
+        );
+    }
+    let dep = deployments.remove(0);
+    write(
+        &root.join(ALEPH),
+        &serde_json::to_vec_pretty(&d.aleph).context("serialising the aleph file")?,
+    )?;
+    if let Some(p) = d.platforms_json {
+        write(&boot.join(BOOT_PLATFORMS_JSON), p)?;
+    }
+    let entries = bls_entries(&boot)?;
+    if entries.is_empty() {
+        bail!("ostree wrote no boot loader entry under /boot/loader/entries");
+    }
+    Ok(Deployed {
+        deploy_dir: dep.strip_prefix(root).unwrap_or(&dep).to_path_buf(),
+        entries,
+    })
+}

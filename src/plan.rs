@@ -1,0 +1,310 @@
+//! The validated build plan: everything `generate` will do, decided before
+//! the first side effect, and printed by `--dry-run`.
+use crate::backend::Chosen;
+use crate::disk::layout::{Layout, MIB};
+use crate::io::compress::Compressor;
+use crate::oscontainer::OsInfo;
+use crate::platforms::{PlatformSpec, GRUB_SERIAL};
+use crate::release::resolve::Resolved;
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Root filesystem headroom over the content (SPEC 2: + 35 %).
+pub const ROOT_HEADROOM_PERCENT: u64 = 35;
+/// Smallest root partition: mkfs.xfs refuses filesystems under 300 MB.
+pub const MIN_ROOT: u64 = 512 * MIB;
+/// GiB, the unit of `image.json size`.
+pub const GIB: u64 = 1 << 30;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub schema: &'static str,
+    pub release: PlanRelease,
+    pub os: PlanOs,
+    /// Artifact name prefix (the OS's osname, `rhcos` for RHCOS).
+    pub name: String,
+    /// OS version, used in artifact names.
+    pub version: String,
+    pub backend: Chosen,
+    pub compressor: Compressor,
+    pub compression_level: u32,
+    pub compressor_source: String,
+    pub output_dir: PathBuf,
+    /// Known once the OS is imported.
+    pub disk: Option<PlanDisk>,
+    pub artifacts: Vec<PlanArtifact>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanRelease {
+    pub reference: String,
+    pub digest: String,
+    pub version: String,
+    pub arch: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanOs {
+    pub tag: String,
+    pub pullspec: String,
+    pub source: String,
+    pub digest: String,
+    pub format: String,
+    pub imported: bool,
+    pub commit: Option<String>,
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanDisk {
+    /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
+    pub content_bytes: u64,
+    pub root_size: u64,
+    /// metal / metal4k disk size: content + 35 % + the fixed partitions.
+    pub metal_size: u64,
+    /// Cloud and virtualisation disks: `image.json size` GiB (never less
+    /// than the metal size).
+    pub cloud_size: u64,
+    /// Kernel arguments of every platform, before the platform's own.
+    pub kargs: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanArtifact {
+    pub platform: String,
+    pub ignition_platform_id: String,
+    /// meta.json `images` key.
+    pub meta_key: String,
+    /// Final file name in the output directory.
+    pub file: String,
+    pub format: String,
+    pub sector_size: u64,
+    pub bios: bool,
+    pub disk_size: Option<u64>,
+    /// The platform's own kernel arguments (after `ignition.platform.id`).
+    pub kargs: Vec<String>,
+    pub grub_commands: Vec<String>,
+    /// Where the console settings came from.
+    pub console_source: String,
+    pub compressed: bool,
+}
+
+/// Kernel arguments common to every platform (SPEC 2).
+pub fn base_kargs(os: &OsInfo) -> Vec<String> {
+    let mut k = vec!["rw".to_string(), "$ignition_firstboot".to_string()];
+    k.extend(os.config.image.extra_kargs.value.iter().cloned());
+    k
+}
+
+/// Disk sizes for a commit of `content` bytes.
+pub fn disk_sizes(content: u64, image_size_gib: u64) -> (u64, u64, u64) {
+    let root = (content + content * ROOT_HEADROOM_PERCENT / 100)
+        .max(MIN_ROOT)
+        .div_ceil(MIB)
+        * MIB;
+    let metal = Layout::disk_size_for_root(root);
+    let cloud = (image_size_gib * GIB).max(metal);
+    (root, metal, cloud)
+}
+
+/// Console settings of a platform: the OS's platforms.json, else SPEC 3's
+/// table when the OS ships none.
+pub fn console(
+    spec: &PlatformSpec,
+    os: Option<&OsInfo>,
+    arch: &str,
+) -> Result<(Vec<String>, Vec<String>, String)> {
+    if let Some(p) = os.and_then(|o| o.config.platforms.as_ref()) {
+        let Some(table) = p.for_arch(arch) else {
+            bail!(
+                "the OS's platforms.json has no entry for architecture {arch} (it lists {})",
+                p.arches.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        };
+        let Some(c) = table.get(spec.ignition_id) else {
+            bail!(
+                "the OS does not support platform {}: its platforms.json lists {} for {arch}",
+                spec.ignition_id,
+                table.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        };
+        return Ok((
+            c.kernel_arguments.clone(),
+            c.grub_commands.clone(),
+            "OS platforms.json".into(),
+        ));
+    }
+    let grub = if spec.default_serial {
+        GRUB_SERIAL.iter().map(|s| s.to_string()).collect()
+    } else {
+        vec![]
+    };
+    Ok((
+        spec.default_kargs.iter().map(|s| s.to_string()).collect(),
+        grub,
+        "built-in table (the OS ships no platforms.json)".into(),
+    ))
+}
+
+/// Artifact file name (SPEC 3): `<name>-<version>-<platform>.<arch>.<ext>[.<compression>]`.
+pub fn artifact_name(
+    name: &str,
+    version: &str,
+    spec: &PlatformSpec,
+    arch: &str,
+    c: Compressor,
+) -> String {
+    let mut f = format!("{name}-{version}-{}.{arch}.{}", spec.name, spec.extension);
+    if spec.compressed {
+        if let Some(e) = c.extension() {
+            f.push('.');
+            f.push_str(e);
+        }
+    }
+    f
+}
+
+/// Everything needed to build the plan.
+pub struct PlanInput<'a> {
+    pub resolved: &'a Resolved,
+    pub os: Option<&'a OsInfo>,
+    pub content_bytes: Option<u64>,
+    pub platforms: &'a [&'static PlatformSpec],
+    pub compressor: Option<Compressor>,
+    pub backend: Chosen,
+    pub output_dir: PathBuf,
+}
+
+impl Plan {
+    pub fn build(i: PlanInput) -> Result<Plan> {
+        let r = i.resolved;
+        let arch = r.arch.clone();
+        let name = match i.os {
+            Some(o) => o.osname.clone(),
+            None => r
+                .os_labels
+                .get(crate::oscontainer::LABEL_OSNAME)
+                .cloned()
+                .unwrap_or_else(|| "<osname after import>".into()),
+        };
+        let version = match i.os {
+            Some(o) => o.version.clone(),
+            None => r
+                .os_labels
+                .get("org.opencontainers.image.version")
+                .or(r.os_labels.get("version"))
+                .cloned()
+                .unwrap_or_else(|| "<version after import>".into()),
+        };
+        let (compressor, compressor_source) = match (i.compressor, i.os) {
+            (Some(c), _) => (c, "--compress".to_string()),
+            (None, Some(o)) => (
+                Compressor::parse(&o.config.image.compressor.value)?,
+                format!("{} compressor", o.config.image.compressor.source),
+            ),
+            (None, None) => (
+                Compressor::Gzip,
+                "RHCOS default (OS not imported yet)".into(),
+            ),
+        };
+        let disk = match (i.os, i.content_bytes) {
+            (Some(o), Some(content)) => {
+                let (root_size, metal_size, cloud_size) =
+                    disk_sizes(content, o.config.image.size.value);
+                Some(PlanDisk {
+                    content_bytes: content,
+                    root_size,
+                    metal_size,
+                    cloud_size,
+                    kargs: base_kargs(o),
+                })
+            }
+            _ => None,
+        };
+        let mut artifacts = Vec::new();
+        for spec in i.platforms {
+            let (kargs, grub_commands, console_source) = console(spec, i.os, &arch)?;
+            let sector_size = if spec.name == "metal4k" { 4096 } else { 512 };
+            let disk_size = disk.as_ref().map(|d| {
+                if spec.name.starts_with("metal") {
+                    d.metal_size
+                } else {
+                    d.cloud_size
+                }
+            });
+            artifacts.push(PlanArtifact {
+                platform: spec.name.to_string(),
+                ignition_platform_id: spec.ignition_id.to_string(),
+                meta_key: spec.name.to_string(),
+                file: artifact_name(&name, &version, spec, &arch, compressor),
+                format: spec.format.to_string(),
+                sector_size,
+                bios: sector_size == 512,
+                disk_size,
+                kargs,
+                grub_commands,
+                console_source,
+                compressed: spec.compressed && compressor != Compressor::None,
+            });
+        }
+        Ok(Plan {
+            schema: "bootimage-gen/plan/v1",
+            release: PlanRelease {
+                reference: r.release_ref.clone(),
+                digest: r.release_digest.clone(),
+                version: r.release_version.clone(),
+                arch,
+            },
+            os: PlanOs {
+                tag: r.os_tag.clone(),
+                pullspec: r.os_pullspec.clone(),
+                source: r.os_source.clone(),
+                digest: r.os_digest.clone(),
+                format: r.os_format.to_string(),
+                imported: i.os.is_some(),
+                commit: i.os.map(|o| o.commit.clone()),
+                kernel: i.os.map(|o| o.kernel_version.clone()),
+            },
+            name,
+            version,
+            backend: i.backend,
+            compression_level: compressor.default_level(),
+            compressor,
+            compressor_source,
+            output_dir: i.output_dir,
+            disk,
+            artifacts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn sizes_follow_spec() {
+        let (root, metal, cloud) = disk_sizes(2 << 30, 16);
+        assert_eq!(root, ((2u64 << 30) * 135 / 100).div_ceil(MIB) * MIB);
+        assert_eq!(metal, root + 513 * MIB + MIB);
+        assert_eq!(cloud, 16 * GIB);
+        let (root, metal, cloud) = disk_sizes(10 << 20, 1);
+        assert_eq!(root, MIN_ROOT);
+        assert_eq!(cloud, GIB.max(metal));
+        let (_, metal, cloud) = disk_sizes(20 << 30, 16);
+        assert_eq!(cloud, metal, "a cloud disk never shrinks below the content");
+    }
+    #[test]
+    fn names() {
+        let m = crate::platforms::find("metal").unwrap();
+        assert_eq!(
+            artifact_name("rhcos", "418.94.1", m, "x86_64", Compressor::Gzip),
+            "rhcos-418.94.1-metal.x86_64.raw.gz"
+        );
+        let q = crate::platforms::find("qemu").unwrap();
+        assert_eq!(
+            artifact_name("fedora-coreos", "40.1", q, "x86_64", Compressor::None),
+            "fedora-coreos-40.1-qemu.x86_64.qcow2"
+        );
+    }
+}
