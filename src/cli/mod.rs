@@ -93,6 +93,15 @@ pub struct GenerateArgs {
     /// Progress reporting on stderr.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
     pub progress: Progress,
+    /// Do not write the OS container as `<name>-<version>-ostree.<arch>.ociarchive`
+    /// (cosa publishes it as meta.json `images.ostree`, which cosa's schema
+    /// requires; skipping it saves a second read of the OS image).
+    #[arg(long)]
+    pub no_ostree_archive: bool,
+    /// Also write each platform's uncompressed raw disk as `<platform>.raw`
+    /// (sparse) in DIR, for checks with independent tools.
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub debug_raw_dir: Option<PathBuf>,
     /// Worker threads for encoding and compression (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

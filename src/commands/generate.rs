@@ -99,6 +99,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         out: &a.output,
         r: &reporter,
         threads,
+        raw_dir: a.debug_raw_dir.as_deref(),
     };
     let base = b.build_base()?;
     let mut m = new_meta;
@@ -106,6 +107,10 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         cancel::check()?;
         let entry = b.artifact(&base, art)?;
         m.images.insert(art.meta_key.clone(), entry);
+    }
+    if !a.no_ostree_archive {
+        let (key, entry) = b.ostree_archive(&input)?;
+        m.images.insert(key, entry);
     }
     let written = meta::write_merged_meta(&a.output, m)?;
     meta::write_sha256sums(&a.output, &written.checksums())?;
@@ -194,7 +199,7 @@ fn check_bootloader(
     plan: &Plan,
 ) -> Result<()> {
     let efi = format!("/{OS_EFI_DIR}");
-    if repo.list_dir(commit, &efi)?.is_none_or(|v| v.is_empty()) {
+    if repo.list_dir(commit, &efi)?.map_or(true, |v| v.is_empty()) {
         bail!("the OS has no GRUB for UEFI: {efi} is missing or empty in commit {} (CoreOS ships its EFI binaries there via bootupd); cannot build a bootable disk", input::short(commit));
     }
     if plan.artifacts.iter().any(|x| x.bios) {
@@ -307,6 +312,7 @@ struct Builder<'a> {
     out: &'a Path,
     r: &'a Reporter,
     threads: usize,
+    raw_dir: Option<&'a Path>,
 }
 
 impl Builder<'_> {
@@ -367,6 +373,7 @@ impl Builder<'_> {
         let boot_p = layout.part("boot").clone();
         let kernel = &self.os.kernel_version;
         let root_dev = LoopDevice::attach(&path, root_p.start, root_p.size, 512)?;
+        cancel::pause_point("mkfs")?;
         crate::util::cmd::run(&mut mkfs::command(spec("root"), root_dev.path(), kernel)?)
             .context("making the root filesystem")?;
         let boot_dev = LoopDevice::attach(&path, boot_p.start, boot_p.size, 512)?;
@@ -498,6 +505,11 @@ impl Builder<'_> {
         }
         let base_view = FileView::open(&base.path)?;
         let view = Composite::new(&base_view, disk_size, patches)?;
+        if let Some(dir) = self.raw_dir {
+            std::fs::create_dir_all(dir)?;
+            let p = dir.join(format!("{}.raw", art.platform));
+            crate::io::sparse::write_sparse(&view, &p, &|_| {})?;
+        }
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{}.", art.file))
             .suffix(".partial")
@@ -511,6 +523,7 @@ impl Builder<'_> {
         let level = self.plan.compression_level;
         let total = view.len();
         let prog = |done: u64| step.bytes(done, total);
+        cancel::pause_point("encode")?;
         let extension = platforms::find(&art.platform)
             .map(|p| p.extension)
             .unwrap_or("raw");
@@ -540,12 +553,55 @@ impl Builder<'_> {
         };
         cancel::check()?;
         let dst = self.out.join(&art.file);
-        tmp.persist(&dst)
-            .with_context(|| format!("renaming into {}", dst.display()))?;
+        publish(tmp, &dst)?;
         std::fs::remove_file(&boot_img).ok();
         step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));
         Ok(entry)
     }
+}
+
+impl Builder<'_> {
+    /// The OS container as an OCI archive (cosa's `images.ostree`).
+    fn ostree_archive(&self, input: &Input) -> Result<(String, ImageEntry)> {
+        let file = format!(
+            "{}-{}-ostree.{}.ociarchive",
+            self.plan.name, self.plan.version, self.plan.release.arch
+        );
+        let step = self.r.step("ostree");
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{file}."))
+            .suffix(".partial")
+            .tempfile_in(self.out)
+            .with_context(|| format!("creating a temporary file in {}", self.out.display()))?;
+        let scratch = self.work.join("skopeo");
+        std::fs::create_dir_all(&scratch)?;
+        input
+            .fetch
+            .copy_to_oci_archive(&self.resolved.os_source, tmp.path(), &scratch)?;
+        let (sha256, size) = meta::sha256_file(tmp.path())?;
+        publish(tmp, &self.out.join(&file))?;
+        step.done(&format!("{file} ({} MiB)", size >> 20));
+        Ok((
+            meta::IMAGE_KEY_OSTREE.to_string(),
+            ImageEntry {
+                path: file,
+                sha256,
+                size,
+                uncompressed_sha256: None,
+                uncompressed_size: None,
+                skip_compression: Some(true),
+            },
+        ))
+    }
+}
+
+/// Give a finished temporary file its final name (mode 0644).
+fn publish(tmp: tempfile::NamedTempFile, dst: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))?;
+    tmp.persist(dst)
+        .with_context(|| format!("renaming into {}", dst.display()))?;
+    Ok(())
 }
 
 fn written_entry(file: &str, w: &compress::Written, compressed: bool) -> ImageEntry {

@@ -143,7 +143,7 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     ];
     args.extend(d.kargs.iter().map(|k| format!("--karg-append={k}")));
     args.push(d.commit.into());
-    crate::util::cancel::check()?;
+    crate::util::cancel::pause_point("deploy")?;
     cmd::run(&mut ostree(args))
         .with_context(|| format!("deploying {} as stateroot {}", d.commit, d.osname))?;
     std::fs::remove_file(&origin).ok();

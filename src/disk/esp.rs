@@ -1251,7 +1251,7 @@ mod tests {
             b"MYFILE~1GZ "
         );
         assert_eq!(&generated_short_name(".hidden", &taken), b"HIDDEN~1   ");
-        assert_eq!(&generated_short_name("grüße.cfg", &taken), b"GR_E~1  CFG");
+        assert_eq!(&generated_short_name("grüße.cfg", &taken), b"GR_SSE~1CFG");
         // Long-name entries: 13 UTF-16 units each, last one flagged 0x40.
         let l = long_entries("grubx64.efi", b"GRUBX64 EFI");
         assert_eq!(l.len(), 1);

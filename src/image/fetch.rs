@@ -81,6 +81,27 @@ impl FetchOptions {
         hosts
     }
 
+    /// `skopeo copy` of `src` (a containers-transports reference) to an
+    /// OCI archive at `dst`, with these credentials and TLS settings and
+    /// skopeo's temporary files under `scratch`.
+    pub fn copy_to_oci_archive(&self, src: &str, dst: &Path, scratch: &Path) -> Result<()> {
+        let mut c = crate::util::cmd::new("skopeo", ["--tmpdir"]);
+        c.arg(scratch).arg("copy").arg("--quiet");
+        if let Some(a) = &self.authfile {
+            c.arg("--src-authfile").arg(a);
+        }
+        if let Some(d) = &self.cert_dir {
+            c.arg("--src-cert-dir").arg(d);
+        }
+        if self.insecure {
+            c.arg("--src-tls-verify=false");
+        }
+        c.arg(src).arg(format!("oci-archive:{}", dst.display()));
+        crate::util::cmd::run(&mut c)
+            .with_context(|| format!("copying {src} to an OCI archive"))?;
+        Ok(())
+    }
+
     /// The proxy configuration. skopeo keeps its big temporary files (an
     /// extracted oci-archive, for one) under `scratch`, which the caller
     /// removes, so nothing is left in /var/tmp even when a run fails.

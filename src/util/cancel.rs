@@ -49,3 +49,20 @@ pub fn check() -> anyhow::Result<()> {
 pub fn raise_for_test(code: i32) {
     flag().store(code as usize, Ordering::Relaxed);
 }
+
+/// Environment variable naming a point where the run waits for a signal
+/// (for interrupt tests: `mkfs`, `deploy`, `encode`).
+pub const PAUSE_ENV: &str = "BOOTIMAGE_GEN_PAUSE_AT";
+
+/// If `$BOOTIMAGE_GEN_PAUSE_AT` names `point`, say so on stderr and wait
+/// until a signal arrives, then return `Interrupted`. Otherwise a no-op
+/// apart from [`check`]. Lets tests interrupt the run at a known step.
+pub fn pause_point(point: &str) -> anyhow::Result<()> {
+    if std::env::var(PAUSE_ENV).is_ok_and(|p| p == point) {
+        eprintln!("bootimage-gen: paused at {point}");
+        while pending().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    check()
+}

@@ -1,0 +1,792 @@
+//! Bad input to `generate` (the disk issue's "Bad input" list): an unknown or
+//! not-yet-built platform, an output path that is a file or not writable, too
+//! little free space, a loopback backend without root or without loop
+//! devices, an OS without GRUB, an unknown compressor; and `--dry-run`.
+//!
+//! Every failure must exit 1 with one `error:` line naming the cause and the
+//! fix, no panic, and leave nothing behind: no loop device backed by a file
+//! in the test's sandbox and no mount inside it (watched while the tool runs,
+//! and checked after), nothing in (or no creation of) the output directory,
+//! the cache's `tmp/` empty, no skopeo dirs in /var/tmp.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bootimage-gen");
+/// `nobody`: an unprivileged user.
+const NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+/// A private mount namespace whose /dev is an empty tmpfs (no loop-control).
+const NO_DEV: &[&str] = &[
+    "unshare",
+    "-m",
+    "sh",
+    "-c",
+    r#"mount -t tmpfs none /dev && exec "$0" "$@""#,
+];
+
+/// A tmpfs mounted by the test, unmounted when dropped (even on panic).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, options: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        must(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", options, "none"])
+                .arg(at),
+        );
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// A temporary directory holding everything a case creates: the cache, the
+/// output directory, the tool's work files (under the cache), our tmpfs.
+struct Sandbox {
+    /// Unmounted before the directory is removed (fields drop in order).
+    mounts: Vec<Tmpfs>,
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        Sandbox {
+            mounts: Vec::new(),
+            _dir: dir,
+            root,
+        }
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+    fn cache(&self) -> PathBuf {
+        self.path("cache")
+    }
+    fn tmpfs(&mut self, rel: &str, options: &str) -> PathBuf {
+        let p = self.path(rel);
+        self.mounts.push(Tmpfs::mount(&p, options));
+        p
+    }
+    fn inside(&self, p: &str) -> bool {
+        Path::new(p).starts_with(&self.root)
+    }
+    /// Loop devices whose backing file is in the sandbox (`losetup`).
+    fn loop_devices(&self) -> BTreeSet<String> {
+        let out = must(Command::new("losetup").args([
+            "--list",
+            "--noheadings",
+            "--raw",
+            "--output",
+            "NAME,BACK-FILE",
+        ]));
+        out.lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, f)| self.inside(&unescape_hex(f)))
+            .map(|(d, f)| format!("{d} {}", unescape_hex(f)))
+            .collect()
+    }
+    /// Mounts in the sandbox other than our own tmpfs (`findmnt`).
+    fn foreign_mounts(&self) -> BTreeSet<String> {
+        let out =
+            must(Command::new("findmnt").args(["--raw", "--noheadings", "--output", "TARGET"]));
+        out.lines()
+            .map(unescape_hex)
+            .filter(|t| self.inside(t) && !self.mounts.iter().any(|m| Path::new(t) == m.0))
+            .collect()
+    }
+}
+
+/// findmnt/losetup --raw write unsafe characters as `\xNN`.
+fn unescape_hex(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && b.get(i + 1) == Some(&b'x') && i + 4 <= b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 2..i + 4], 16) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// /proc/self/mountinfo writes unsafe characters as `\ooo`.
+fn unescape_octal(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What a watcher saw while the tool ran: loop devices backed by files in the
+/// sandbox, mounts in it (ours excluded).
+#[derive(Default)]
+struct Seen {
+    loops: BTreeSet<String>,
+    mounts: BTreeSet<String>,
+}
+
+/// Poll sysfs and mountinfo (cheap) until stopped.
+fn watch(
+    root: PathBuf,
+    ours: Vec<PathBuf>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Seen> {
+    std::thread::spawn(move || {
+        let mut seen = Seen::default();
+        loop {
+            let last = stop.load(Ordering::SeqCst);
+            if let Ok(d) = std::fs::read_dir("/sys/block") {
+                for e in d.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if !name.starts_with("loop") {
+                        continue;
+                    }
+                    if let Ok(f) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
+                        if Path::new(f.trim()).starts_with(&root) {
+                            seen.loops.insert(format!("/dev/{name} {}", f.trim()));
+                        }
+                    }
+                }
+            }
+            if let Ok(mi) = std::fs::read_to_string("/proc/self/mountinfo") {
+                for l in mi.lines() {
+                    if let Some(t) = l.split(' ').nth(4).map(unescape_octal) {
+                        if Path::new(&t).starts_with(&root)
+                            && !ours.iter().any(|o| o == Path::new(&t))
+                        {
+                            seen.mounts.insert(t);
+                        }
+                    }
+                }
+            }
+            if last {
+                return seen;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+/// One run of `bootimage-gen generate`.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+    seen: Seen,
+    args: Vec<String>,
+}
+
+/// skopeo's extraction dirs in /var/tmp (the tool points it elsewhere).
+fn var_tmp_oci() -> BTreeSet<String> {
+    std::fs::read_dir("/var/tmp")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("oci"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Run `generate ARGS --cache-dir <sandbox>/cache`, under `wrapper` (a
+/// command that execs its arguments) when not empty, watching the sandbox.
+fn generate(sb: &Sandbox, wrapper: &[&str], args: &[&str]) -> Run {
+    let cache = sb.cache();
+    let mut c = match wrapper.split_first() {
+        Some((w, rest)) => {
+            let mut c = Command::new(w);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    c.arg("generate")
+        .args(args)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .env("BOOTIMAGE_GEN_CACHE_DIR", &cache)
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env("HOME", &cache)
+        .env_remove("RUST_BACKTRACE");
+    let var_tmp = var_tmp_oci();
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = watch(
+        sb.root.clone(),
+        sb.mounts.iter().map(|m| m.0.clone()).collect(),
+        stop.clone(),
+    );
+    let t = Instant::now();
+    let o = c.output().expect("running bootimage-gen");
+    let elapsed = t.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let seen = w.join().unwrap();
+    let leaked: Vec<_> = var_tmp_oci().difference(&var_tmp).cloned().collect();
+    assert!(
+        leaked.is_empty(),
+        "skopeo dirs left in /var/tmp: {leaked:?}"
+    );
+    Run {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        elapsed,
+        seen,
+        args: args.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// No loop device or mount of the sandbox now, nor while the tool ran (when
+/// `never` is set; a successful build makes some and must release them).
+fn assert_nothing_attached(sb: &Sandbox, r: &Run, never: bool) {
+    if never {
+        assert!(
+            r.seen.loops.is_empty() && r.seen.mounts.is_empty(),
+            "{:?}: loop devices {:?} / mounts {:?} were made before failing",
+            r.args,
+            r.seen.loops,
+            r.seen.mounts
+        );
+    }
+    let loops = sb.loop_devices();
+    assert!(
+        loops.is_empty(),
+        "{:?}: loop devices left: {loops:?}",
+        r.args
+    );
+    let mounts = sb.foreign_mounts();
+    assert!(mounts.is_empty(), "{:?}: mounts left: {mounts:?}", r.args);
+    assert_cache_clean(&sb.cache());
+}
+
+/// The failure contract; returns the error line. Each of `words` (the cause
+/// and the fix) must appear in it, case-insensitively.
+fn assert_fails(sb: &Sandbox, r: &Run, words: &[&str]) -> String {
+    let err = &r.stderr;
+    assert_eq!(
+        r.code,
+        Some(1),
+        "expected exit 1 for {:?}\nstderr:\n{err}",
+        r.args
+    );
+    assert!(
+        !err.contains("panicked")
+            && !err.contains("RUST_BACKTRACE")
+            && !err.contains("stack backtrace"),
+        "panic/backtrace:\n{err}"
+    );
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "expected exactly one error line:\n{err}");
+    let line = lines[0].to_string();
+    let low = line.to_lowercase();
+    for w in words {
+        assert!(
+            low.contains(&w.to_lowercase()),
+            "the error line does not mention '{w}':\n{line}"
+        );
+    }
+    assert_nothing_attached(sb, r, true);
+    line
+}
+
+/// The output directory was not created (it did not exist before).
+fn assert_not_created(out: &Path) {
+    assert!(
+        std::fs::symlink_metadata(out).is_err(),
+        "output directory {} was created",
+        out.display()
+    );
+}
+
+/// The output directory holds nothing (it existed, empty, before).
+fn assert_empty(out: &Path) {
+    let left: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{} holds {left:?}", out.display());
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Byte counts of every "<number> <unit>" in a message.
+fn sizes_in(msg: &str) -> Vec<(String, f64)> {
+    let unit = |u: &str| -> Option<f64> {
+        Some(match u {
+            "B" | "bytes" => 1.0,
+            "KiB" | "K" => 1024.0,
+            "MiB" | "M" => 1024.0 * 1024.0,
+            "GiB" | "G" => 1024.0 * 1024.0 * 1024.0,
+            "TiB" | "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            "kB" | "KB" => 1e3,
+            "MB" => 1e6,
+            "GB" => 1e9,
+            _ => return None,
+        })
+    };
+    let words: Vec<&str> = msg
+        .split(|c: char| c.is_whitespace() || "(),;:".contains(c))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut v = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        let split = w
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(w.len());
+        let (num, rest) = w.split_at(split);
+        let Ok(n) = num.parse::<f64>() else { continue };
+        let u = if rest.is_empty() {
+            words.get(i + 1).copied().unwrap_or("")
+        } else {
+            rest
+        };
+        if let Some(m) = unit(u) {
+            v.push((format!("{num} {u}"), n * m));
+        }
+    }
+    v
+}
+
+/// Every figure in a space error is non-zero ("0.0 GiB" tells nothing).
+fn assert_space_figures_nonzero(line: &str) {
+    let s = sizes_in(line);
+    assert!(s.len() >= 2, "no sizes in the space error:\n{line}");
+    for (txt, b) in &s {
+        assert!(*b > 0.0, "the space error shows '{txt}':\n{line}");
+    }
+}
+
+/// What a space error says is needed exceeds what it says is free (the last
+/// figure); otherwise it contradicts itself.
+fn assert_space_figures_consistent(line: &str) {
+    let s = sizes_in(line);
+    assert!(s.len() >= 2, "no sizes in the space error:\n{line}");
+    let (free, need) = s.split_last().unwrap();
+    let total: f64 = need.iter().map(|x| x.1).sum();
+    let said: Vec<&str> = need.iter().map(|x| x.0.as_str()).collect();
+    assert!(
+        total > free.1,
+        "the space error says the build needs {said:?} ({total:.0} bytes) and that {} ({:.0} bytes) is free, which would be enough:\n{line}",
+        free.0,
+        free.1
+    );
+}
+
+#[test]
+fn unknown_platform_lists_the_valid_ones() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        &[],
+        &[&oci("release"), "metal", "nosuch", "-o", p(&out)],
+    );
+    assert_fails(
+        &sb,
+        &r,
+        &[
+            "'nosuch'",
+            "unknown platform",
+            "valid platforms",
+            "metal",
+            "metal4k",
+            "qemu",
+            "vmware",
+        ],
+    );
+    assert_not_created(&out);
+}
+
+#[test]
+fn platform_not_built_yet_says_which_are() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(&sb, &[], &[&oci("release"), "vmware", "-o", p(&out)]);
+    let line = assert_fails(
+        &sb,
+        &r,
+        &["'vmware'", "not built", "metal", "metal4k", "qemu"],
+    );
+    // The list offered is the built one, not the whole table.
+    let offered = line.rsplit(':').next().unwrap();
+    assert!(
+        !offered.contains("vmware") && !offered.contains("aws"),
+        "{line}"
+    );
+    assert_not_created(&out);
+}
+
+#[test]
+fn output_is_a_regular_file() {
+    let sb = Sandbox::new();
+    let f = sb.path("afile");
+    std::fs::write(&f, "keep me").unwrap();
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&f)]);
+    assert_fails(&sb, &r, &[p(&f), "not a directory", "-o"]);
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep me");
+    assert_eq!(
+        std::fs::read_dir(&sb.root).unwrap().count(),
+        1,
+        "only the file"
+    );
+}
+
+#[test]
+fn output_on_a_read_only_filesystem() {
+    let mut sb = Sandbox::new();
+    let ro = sb.tmpfs("ro", "ro,size=1m");
+    // The read-only directory itself, and a directory to be created in it.
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&ro)]);
+    assert_fails(&sb, &r, &[p(&ro), "not writable", "read-only", "-o"]);
+    assert_empty(&ro);
+    let sub = ro.join("out");
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&sub)]);
+    assert_fails(&sb, &r, &["not writable", "read-only", "-o"]);
+    assert_not_created(&sub);
+}
+
+#[test]
+fn not_enough_space_fails_before_building() {
+    let mut sb = Sandbox::new();
+    let small = sb.tmpfs("small", "size=8m");
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&small)]);
+    let line = assert_fails(&sb, &r, &["not enough free space", p(&small), "-o"]);
+    assert_empty(&small);
+    assert!(
+        !r.stderr.contains("base disk"),
+        "started building:\n{}",
+        r.stderr
+    );
+    assert!(r.elapsed < Duration::from_secs(30), "took {:?}", r.elapsed);
+    assert_space_figures_nonzero(&line);
+    assert_space_figures_consistent(&line);
+}
+
+#[test]
+fn not_enough_space_does_not_create_the_output_dir() {
+    let mut sb = Sandbox::new();
+    let small = sb.tmpfs("small", "size=8m");
+    let out = small.join("out");
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    assert_fails(&sb, &r, &["not enough free space", "-o"]);
+    assert!(
+        !r.stderr.contains("base disk"),
+        "started building:\n{}",
+        r.stderr
+    );
+    assert_not_created(&out);
+    assert_empty(&small);
+}
+
+/// Room for the artifacts but not for the margin the tool keeps: the message
+/// must not claim less is needed than is free.
+#[test]
+fn not_enough_space_message_is_consistent() {
+    let mut sb = Sandbox::new();
+    let mid = sb.tmpfs("mid", "size=160m");
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&mid)]);
+    let line = assert_fails(&sb, &r, &["not enough free space", "-o"]);
+    assert_empty(&mid);
+    assert_space_figures_consistent(&line);
+    assert_space_figures_nonzero(&line);
+}
+
+/// Make the sandbox usable by `nobody`, and check it can run the tool.
+fn for_nobody(sb: &Sandbox) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sb.root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let index = fixture_dir().join("oci/index.json");
+    let mut c = Command::new(NOBODY[0]);
+    c.args(&NOBODY[1..])
+        .args(["test", "-x", BIN, "-a", "-r"])
+        .arg(&index)
+        .args(["-a", "-w", p(&sb.root)]);
+    must(&mut c);
+}
+
+#[test]
+fn loopback_without_root_says_root_is_needed() {
+    let sb = Sandbox::new();
+    for_nobody(&sb);
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        NOBODY,
+        &[
+            &oci("release"),
+            "metal",
+            "--backend",
+            "loopback",
+            "-o",
+            p(&out),
+        ],
+    );
+    assert_fails(&sb, &r, &["--backend loopback", "needs root", "uid 65534"]);
+    assert_not_created(&out);
+}
+
+#[test]
+fn auto_backend_without_root_says_what_is_missing() {
+    let sb = Sandbox::new();
+    for_nobody(&sb);
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        NOBODY,
+        &[&oci("release"), "metal", "--backend", "auto", "-o", p(&out)],
+    );
+    assert_fails(
+        &sb,
+        &r,
+        &["no backend", "needs root", "uid 65534", "run as root"],
+    );
+    assert_not_created(&out);
+}
+
+fn dev_mount() -> String {
+    must(Command::new("findmnt").args([
+        "--noheadings",
+        "--output",
+        "SOURCE,FSTYPE,OPTIONS",
+        "--mountpoint",
+        "/dev",
+    ]))
+}
+
+#[test]
+fn without_loop_devices() {
+    let sb = Sandbox::new();
+    let dev_before = dev_mount();
+    let out = sb.path("out");
+    for backend in ["loopback", "auto"] {
+        let r = generate(
+            &sb,
+            NO_DEV,
+            &[
+                &oci("release"),
+                "metal",
+                "--backend",
+                backend,
+                "-o",
+                p(&out),
+            ],
+        );
+        assert_fails(
+            &sb,
+            &r,
+            &[
+                "/dev/loop-control",
+                "loop device",
+                "privileged",
+                "pass the loop devices in",
+            ],
+        );
+        assert_not_created(&out);
+    }
+    // The host's /dev is untouched.
+    assert_eq!(dev_mount(), dev_before);
+    use std::os::unix::fs::FileTypeExt;
+    for d in ["/dev/loop-control", "/dev/null"] {
+        let t = std::fs::metadata(d).unwrap().file_type();
+        assert!(t.is_char_device(), "{d} is gone from the host");
+    }
+}
+
+#[test]
+fn os_without_grub() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    for plat in ["metal", "metal4k"] {
+        let r = generate(&sb, &[], &[&oci("release-nogrub"), plat, "-o", p(&out)]);
+        assert_fails(
+            &sb,
+            &r,
+            &[
+                "the OS has no GRUB",
+                "UEFI",
+                "/usr/lib/bootupd/updates/EFI",
+                "missing",
+                "bootable",
+            ],
+        );
+        assert_not_created(&out);
+    }
+}
+
+#[test]
+fn os_without_bios_grub() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release-nobiosgrub"),
+            "metal",
+            "metal4k",
+            "-o",
+            p(&out),
+        ],
+    );
+    let line = assert_fails(
+        &sb,
+        &r,
+        &[
+            "the OS has no GRUB for BIOS",
+            "/usr/lib/grub/i386-pc",
+            "missing",
+            "metal4k alone",
+        ],
+    );
+    // It names metal as the one that needs BIOS GRUB, not metal4k.
+    let needs = line.split(';').nth(1).unwrap_or("");
+    assert!(
+        needs.contains("metal") && !needs.trim_start().starts_with("metal4k"),
+        "{line}"
+    );
+    assert_not_created(&out);
+    // metal4k alone (UEFI only) builds.
+    let r = generate(
+        &sb,
+        &[],
+        &[&oci("release-nobiosgrub"), "metal4k", "-o", p(&out)],
+    );
+    assert_eq!(r.code, Some(0), "metal4k failed:\n{}", r.stderr);
+    let f = fx();
+    let art = out.join(format!(
+        "{}-{}-metal4k.x86_64.raw.gz",
+        f["osname"].as_str().unwrap(),
+        f["rhel_coreos"]["version"].as_str().unwrap()
+    ));
+    assert!(art.is_file(), "{} missing", art.display());
+    // The watcher works: the build was seen attaching and mounting.
+    assert!(
+        !r.seen.loops.is_empty() && !r.seen.mounts.is_empty(),
+        "the watcher saw no loop device or mount during a build"
+    );
+    assert!(!out
+        .join(format!(
+            "{}-{}-metal.x86_64.raw.gz",
+            f["osname"].as_str().unwrap(),
+            f["rhel_coreos"]["version"].as_str().unwrap()
+        ))
+        .exists());
+    assert_nothing_attached(&sb, &r, false);
+}
+
+#[test]
+fn unknown_compressor_lists_the_valid_ones() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        &[],
+        &[&oci("release"), "metal", "--compress", "lz4", "-o", p(&out)],
+    );
+    assert_fails(&sb, &r, &["lz4", "none", "gzip", "xz", "zstd"]);
+    assert_not_created(&out);
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let f = fx();
+    let prefix = format!(
+        "{}-{}-",
+        f["osname"].as_str().unwrap(),
+        f["rhel_coreos"]["version"].as_str().unwrap()
+    );
+    let args = [
+        &oci("release"),
+        "metal",
+        "qemu",
+        "metal4k",
+        "--dry-run",
+        "-o",
+        p(&out),
+    ];
+    let plan = |r: &Run| -> Value {
+        assert_eq!(r.code, Some(0), "dry run failed:\n{}", r.stderr);
+        assert_nothing_attached(&sb, r, true);
+        assert_not_created(&out);
+        let v: Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("the plan is not JSON ({e}):\n{}", r.stdout));
+        let files: Vec<&str> = v["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["file"].as_str().unwrap())
+            .collect();
+        let want: Vec<String> = [
+            "metal.x86_64.raw.gz",
+            "qemu.x86_64.qcow2.gz",
+            "metal4k.x86_64.raw.gz",
+        ]
+        .iter()
+        .map(|s| format!("{prefix}{s}"))
+        .collect();
+        assert_eq!(files, want);
+        v
+    };
+    // A cold cache: the OS is not imported, so the disk sizes are not known
+    // yet (plan.rs: "Known once the OS is imported").
+    let cold = plan(&generate(&sb, &[], &args));
+    assert_eq!(cold["os"]["imported"], false, "{cold:#}");
+    // With the OS in the cache, the plan has the disk sizes.
+    ok_json(&sb.cache(), &["inspect", &oci("release"), "--import"]);
+    let warm = plan(&generate(&sb, &[], &args));
+    assert_eq!(warm["os"]["imported"], true, "{warm:#}");
+    let d = &warm["disk"];
+    let metal = d["metal_size"].as_u64().unwrap_or(0);
+    assert!(metal > 0, "no disk.metal_size: {warm:#}");
+    assert!(d["root_size"].as_u64().unwrap() < metal);
+    assert!(d["content_bytes"].as_u64().unwrap() > 0);
+    for a in warm["artifacts"].as_array().unwrap() {
+        assert!(a["disk_size"].as_u64().unwrap() >= metal, "{a:#}");
+    }
+}
