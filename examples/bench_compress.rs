@@ -99,19 +99,14 @@ fn main() -> Result<()> {
         report(&name, size, &out, cmd, None)?;
     }
 
-    let t = threads.to_string();
+    let (p, tt) = (threads.to_string(), format!("-T{threads}"));
     let tools: Vec<(String, Vec<&str>)> = vec![
         ("gzip -6".into(), vec!["gzip", "-6", "-c"]),
-        (format!("pigz -6 -p{t}"), vec!["pigz", "-6", "-p", &t, "-c"]),
-        (
-            format!("zstd -10 -T{t}"),
-            vec!["zstd", "-q", "-10", "-T", &t, "-c"],
-        ),
-        (
-            format!("zstd -3 -T{t}"),
-            vec!["zstd", "-q", "-3", "-T", &t, "-c"],
-        ),
-        (format!("xz -9 -T{t}"), vec!["xz", "-9", "-T", &t, "-c"]),
+        (format!("pigz -6 -p{p}"), vec!["pigz", "-6", "-p", &p, "-c"]),
+        (format!("zstd -10 {tt}"), vec!["zstd", "-q", "-10", &tt, "-c"]),
+        (format!("zstd -3 {tt}"), vec!["zstd", "-q", "-3", &tt, "-c"]),
+        (format!("xz -9 {tt}"), vec!["xz", "-9", &tt, "-c"]),
+        (format!("xz -6 {tt}"), vec!["xz", "-6", &tt, "-c"]),
     ];
     for (name, argv) in tools {
         if quick && argv[0] == "xz" {
@@ -124,7 +119,9 @@ fn main() -> Result<()> {
         let out = work.path().join("tool");
         let mut cmd = Command::new(argv[0]);
         cmd.args(&argv[1..]).arg(&data);
-        report(&name, size, &out, cmd, Some(&out))?;
+        if let Err(e) = report(&name, size, &out, cmd, Some(&out)) {
+            println!("{name:<34} failed: {e:#}");
+        }
     }
     Ok(())
 }

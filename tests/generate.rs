@@ -415,7 +415,7 @@ fn mount_disk(key: &str) -> (Mnt, Mnt, PathBuf) {
         513 * MIB,
         len - 513 * MIB - MIB,
         "xfs",
-        "ro,norecovery",
+        "ro,norecovery,nouuid",
         &dir.join("root"),
     );
     let boot = Mnt::new(

@@ -27,6 +27,10 @@ pub const ESP_VOLUME_ID: u32 = 0x7B77_95E7;
 /// Where the OS ships its EFI binaries and its BIOS GRUB modules (SPEC 2).
 pub const OS_EFI_DIR: &str = "usr/lib/bootupd/updates/EFI";
 pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
+/// Every disk has the same fixed root UUID (SPEC 2) and XFS refuses to
+/// mount a second filesystem with a UUID already mounted: `nouuid` lets
+/// several builds (or a build next to a test) run at once.
+const ROOT_MOUNT_OPTIONS: &str = "rw,nouuid";
 /// Space kept free beyond the estimates.
 const SPACE_MARGIN: u64 = 256 << 20;
 
@@ -380,7 +384,7 @@ impl Builder<'_> {
         crate::util::cmd::run(&mut mkfs::command(spec("boot"), boot_dev.path(), kernel)?)
             .context("making the boot filesystem")?;
         let mnt = self.work.join("mnt");
-        let root_m = Mounted::new(root_dev, &mnt, "xfs", "rw")?;
+        let root_m = Mounted::new(root_dev, &mnt, "xfs", ROOT_MOUNT_OPTIONS)?;
         std::fs::create_dir_all(mnt.join("boot"))?;
         let boot_m = Mounted::new(boot_dev, &mnt.join("boot"), "ext4", "rw")?;
         let kargs = &d.kargs;

@@ -18,7 +18,7 @@
 //!   `threads + 2`) is all the input in flight (read, compressing, waiting
 //!   for its turn, hashing). Peak memory is about that many chunks, their
 //!   compressed forms, and the encoders: a few MiB each for gzip and zstd,
-//!   under 200 MiB each for xz (see `XZ_MAX_DICT`).
+//!   about 100 MiB each for xz (see `XZ_MAX_DICT`).
 //! - SHA-256 of the uncompressed stream runs on its own thread; SHA-256 of
 //!   the output is computed by the writer as it writes.
 use super::sparse::{self, is_zero, BufPool, HashThread};
@@ -42,17 +42,20 @@ const GZIP_CHUNK: usize = 4 * MIB;
 /// against one frame (4 MiB: 2.3%, 16 MiB: 0.4%), for half the buffer
 /// memory of 16 MiB.
 const ZSTD_CHUNK: usize = 8 * MIB;
-/// xz chunk. On 128 MiB of shared libraries at level 9, per-chunk sizes
-/// against one stream (25,518,664 bytes): 16 MiB chunks +2.9%, 32 MiB
-/// +1.9% (16 MiB dictionary: +2.1%), 64 MiB +0.2%; a fresh stream's
-/// probability models cost more than a shorter dictionary. 32 MiB is the
-/// largest chunk whose buffers stay small next to the encoder.
+/// xz chunk. Sizes of 128 MiB of shared libraries at level 9, in chunks
+/// (chunk/dictionary) against one stream (25,518,664 bytes): 16/16 MiB
+/// +2.9%, 32/8 MiB +2.7%, 32/16 MiB +2.1%, 64/16 MiB +1.0%, 64/64 MiB
+/// +0.2%. A fresh stream's probability models cost more than a smaller
+/// dictionary, so chunks are larger than the dictionary; 32 MiB keeps the
+/// buffers in flight (`threads + 2` chunks) small next to the encoders.
 const XZ_CHUNK: usize = 32 * MIB;
 /// Largest LZMA2 dictionary used. The encoder needs about 11.5 times its
-/// dictionary with the BT4 match finder of levels 5-9 (xz(1): `-7`, 16 MiB,
-/// 186 MiB; `-9`, 64 MiB, 674 MiB), so this keeps an xz worker under
-/// 200 MiB; levels 7-9, which differ only in dictionary size, become one.
-const XZ_MAX_DICT: u32 = 16 << 20;
+/// dictionary with the BT4 match finder of levels 5-9 (xz(1): `-6`, 8 MiB,
+/// 94 MiB; `-9`, 64 MiB, 674 MiB), so an xz worker stays near 100 MiB;
+/// levels 6-9, which differ only in dictionary size, become one. Measured
+/// at 2 threads: peak RSS 526 MiB with a 16 MiB dictionary, 3xx MiB with
+/// 8 MiB, for 0.6% larger output.
+const XZ_MAX_DICT: u32 = 8 << 20;
 /// Output buffer of the writer.
 const WRITE_BUFFER: usize = MIB;
 /// LZMA2 dictionary sizes of the xz presets 0-9 (xz(1), "Presets").
