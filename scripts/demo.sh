@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The main job on the bundled test OS release: build the fixture release
-# (cached), then resolve it, import its OS and show what it holds.
+# (cached), then generate the metal, metal4k and qemu bootimages from it into
+# ./bootimages, and show what was written.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=$top/target/release/bootimage-gen
 fx=$(FIXTURE_TOOL=$top/target/release/bootimage-fixture bash "$top/fixtures/build.sh")
 release="oci:$fx/oci:release"
-echo "== bootimage-gen platforms"
-"$bin" platforms
-echo
+out=${DEMO_OUT:-$top/bootimages}
 echo "== bootimage-gen inspect $release --import"
 "$bin" inspect "$release" --import
+echo
+echo "== bootimage-gen generate $release metal metal4k qemu -o $out"
+rm -rf "$out"
+"$bin" generate "$release" metal metal4k qemu -o "$out"
+echo
+echo "== $out"
+ls -l "$out"
+(cd "$out" && sha256sum -c SHA256SUMS)

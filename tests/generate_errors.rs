@@ -527,7 +527,7 @@ fn not_enough_space_does_not_create_the_output_dir() {
 #[test]
 fn not_enough_space_message_is_consistent() {
     let mut sb = Sandbox::new();
-    let mid = sb.tmpfs("mid", "size=160m");
+    let mid = sb.tmpfs("mid", "size=100m");
     let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&mid)]);
     let line = assert_fails(&sb, &r, &["not enough free space", "-o"]);
     assert_empty(&mid);

@@ -32,7 +32,7 @@ pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
 /// several builds (or a build next to a test) run at once.
 const ROOT_MOUNT_OPTIONS: &str = "rw,nouuid";
 /// Space kept free beyond the estimates.
-const SPACE_MARGIN: u64 = 256 << 20;
+const SPACE_MARGIN: u64 = 64 << 20;
 
 pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
@@ -64,8 +64,6 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let os = os.context("the OS was imported")?;
     let commit = &os.commit;
     check_bootloader(&loaded.cache.repo, commit, &plan)?;
-    std::fs::create_dir_all(&a.output)
-        .with_context(|| format!("creating output directory {}", a.output.display()))?;
     let new_meta = start_meta(&plan, os, &loaded.resolved);
     if let Some(old) = meta::read_meta(&a.output)? {
         if !old.same_build(&new_meta) {
@@ -80,6 +78,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     }
     let work = loaded.cache.tempdir()?;
     check_space(&plan, work.path(), &a.output)?;
+    std::fs::create_dir_all(&a.output)
+        .with_context(|| format!("creating output directory {}", a.output.display()))?;
     reporter.note(&format!(
         "building {} for {} {} (release {}), backend {}: {}",
         plan.artifacts
@@ -204,7 +204,7 @@ fn check_bootloader(
 ) -> Result<()> {
     let efi = format!("/{OS_EFI_DIR}");
     if repo.list_dir(commit, &efi)?.map_or(true, |v| v.is_empty()) {
-        bail!("the OS has no GRUB for UEFI: {efi} is missing or empty in commit {} (CoreOS ships its EFI binaries there via bootupd); cannot build a bootable disk", input::short(commit));
+        bail!("the OS has no GRUB for UEFI: {efi} is missing or empty in commit {} (CoreOS ships its EFI binaries there via bootupd); cannot build a bootable disk: use a release whose OS ships its bootloader (bootupd's EFI directory)", input::short(commit));
     }
     if plan.artifacts.iter().any(|x| x.bios) {
         let dir = format!("/{OS_GRUB_BIOS_DIR}");
@@ -212,7 +212,7 @@ fn check_bootloader(
             .list_dir(commit, &dir)?
             .is_some_and(|v| v.iter().any(|(_, n)| n == "boot.img"));
         if !ok {
-            bail!("the OS has no GRUB for BIOS: {dir}/boot.img is missing in commit {}; {} need it (metal4k alone does not)", input::short(commit),
+            bail!("the OS has no GRUB for BIOS: {dir}/boot.img is missing in commit {}; BIOS boot of {} needs it (metal4k alone does not); use an OS image that ships grub2-pc-modules, or build metal4k only", input::short(commit),
                 plan.artifacts.iter().filter(|x| x.bios).map(|x| x.platform.as_str()).collect::<Vec<_>>().join(", "));
         }
     }
@@ -242,7 +242,7 @@ fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
         .as_ref()
         .context("disk sizes known after import")?;
     let data = d.content_bytes + (64 << 20);
-    let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20);
+    let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20) + SPACE_MARGIN;
     if plan
         .artifacts
         .iter()
@@ -250,35 +250,52 @@ fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
     {
         work_need += data;
     }
+    // Each artifact holds at most the disk's data (compressed about half),
+    // plus the OS container archive.
     let out_need: u64 = plan
         .artifacts
         .iter()
         .map(|x| if x.compressed { data / 2 } else { data })
-        .sum();
+        .sum::<u64>()
+        + data / 2
+        + SPACE_MARGIN;
+    // The output dir may not exist yet: measure its nearest existing ancestor.
+    let out_fs = out
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("."));
     let (wfree, wdev) = free_space(work)?;
-    let (ofree, odev) = free_space(out)?;
-    let fmt = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    let (ofree, odev) = free_space(out_fs)?;
+    let mib = |b: u64| format!("{} MiB", b.div_ceil(1 << 20));
     if wdev == odev {
-        let need = work_need + out_need + SPACE_MARGIN;
+        let need = work_need + out_need;
         if wfree < need {
-            bail!("not enough free space: the build needs about {} in {} (work) and {} (output), both on one filesystem with {} free; free some space or use -o / --cache-dir on a larger filesystem", fmt(work_need), work.display(), out.display(), fmt(wfree));
+            bail!("not enough free space: the build needs about {} ({} of work files in {}, {} of artifacts in {}) on one filesystem with {} free; free some space, or put -o or --cache-dir on a larger filesystem", mib(need), mib(work_need), work.display(), mib(out_need), out.display(), mib(wfree));
         }
     } else {
-        if wfree < work_need + SPACE_MARGIN {
-            bail!("not enough free space in the cache directory {}: the build needs about {} there and {} is free; use --cache-dir on a larger filesystem", work.display(), fmt(work_need), fmt(wfree));
+        if wfree < work_need {
+            bail!("not enough free space in the cache directory {}: the build needs about {} there and {} is free; use --cache-dir on a larger filesystem", work.display(), mib(work_need), mib(wfree));
         }
-        if ofree < out_need + SPACE_MARGIN {
-            bail!("not enough free space in output directory {}: the artifacts need about {} and {} is free; choose another with -o", out.display(), fmt(out_need), fmt(ofree));
+        if ofree < out_need {
+            bail!("not enough free space for output directory {}: the artifacts need about {} and {} is free; choose another with -o", out.display(), mib(out_need), mib(ofree));
         }
     }
     Ok(())
 }
 
 fn start_meta(plan: &Plan, os: &OsInfo, r: &crate::release::resolve::Resolved) -> Meta {
+    // cosa records the OS build's own commit: for an ostree-native image that
+    // is its `ostree.commit` label (the commit deployed here is ostree-ext's
+    // local merge commit over it, which differs per import).
+    let commit = r
+        .os_labels
+        .get(crate::oscontainer::LABEL_OSTREE_COMMIT)
+        .filter(|c| c.len() == 64 && c.chars().all(|x| x.is_ascii_hexdigit()))
+        .unwrap_or(&os.commit);
     let mut m = Meta::new(
         &plan.name,
         &os.version,
-        &os.commit,
+        commit,
         &meta::rfc3339_utc(os.timestamp),
         &plan.release.arch,
     );
