@@ -13,4 +13,5 @@ pub mod oscontainer;
 pub mod plan;
 pub mod platforms;
 pub mod release;
+pub mod stream;
 pub mod util;
