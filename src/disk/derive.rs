@@ -80,14 +80,7 @@ pub fn edit_boot(boot: &Path, base: &[(PathBuf, BlsEntry)], p: &BootEdit) -> Res
 /// Copy `[offset, offset+len)` of `src` into a new sparse file `dst`
 /// (holes stay holes).
 pub fn copy_region(src: &File, offset: u64, len: u64, dst: &Path) -> Result<File> {
-    let out = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dst)
-        .with_context(|| format!("creating {}", dst.display()))?;
-    out.set_len(len)?;
+    let out = crate::io::create_sized(dst, len)?;
     let mut buf = vec![0u8; 4 * MIB as usize];
     for r in file_extents(src, offset..offset + len)? {
         let mut pos = r.start;
@@ -116,14 +109,7 @@ pub fn table_patches(
     path: &Path,
 ) -> Result<Vec<Patch>> {
     let disk = layout.disk_size;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.set_len(disk)?;
+    let mut f = crate::io::create_sized(path, disk)?;
     // The head: the first 2 MiB are MBR + GPT + BIOS-BOOT (the ESP starts at 2 MiB).
     let head = 2 * MIB;
     if bios {

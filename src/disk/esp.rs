@@ -948,15 +948,7 @@ pub fn build_esp_file(
     efi_src: &Path,
     extra: &[(String, Vec<u8>)],
 ) -> Result<()> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.set_len(size)
-        .with_context(|| format!("sizing {}", path.display()))?;
+    let f = crate::io::create_sized(path, size)?;
     build_esp(&f, 0, size, sector_size, volume_id, label, efi_src, extra)
         .with_context(|| format!("building the ESP image {}", path.display()))?;
     f.sync_all()
