@@ -121,16 +121,20 @@ impl Sandbox {
     }
 }
 
-/// findmnt/losetup --raw write unsafe characters as `\xNN`.
-fn unescape_hex(s: &str) -> String {
+/// Undo the escapes tools use for unsafe characters in paths: `losetup`
+/// writes `\xHH` (`hex`), /proc/self/mountinfo writes `\ooo` (octal).
+fn unescape(s: &str, hex: bool) -> String {
+    let (skip, radix) = if hex { (2, 16) } else { (1, 8) };
+    let width = skip + if hex { 2 } else { 3 };
     let mut out = Vec::new();
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && b.get(i + 1) == Some(&b'x') && i + 4 <= b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 2..i + 4], 16) {
+        let marker_ok = !hex || b.get(i + 1) == Some(&b'x');
+        if b[i] == b'\\' && marker_ok && i + width <= b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + skip..i + width], radix) {
                 out.push(v);
-                i += 4;
+                i += width;
                 continue;
             }
         }
@@ -140,23 +144,12 @@ fn unescape_hex(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// /proc/self/mountinfo writes unsafe characters as `\ooo`.
+fn unescape_hex(s: &str) -> String {
+    unescape(s, true)
+}
+
 fn unescape_octal(s: &str) -> String {
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    unescape(s, false)
 }
 
 /// What a watcher saw while the tool ran: loop devices backed by files in the
