@@ -103,7 +103,10 @@ fn main() -> Result<()> {
     let tools: Vec<(String, Vec<&str>)> = vec![
         ("gzip -6".into(), vec!["gzip", "-6", "-c"]),
         (format!("pigz -6 -p{p}"), vec!["pigz", "-6", "-p", &p, "-c"]),
-        (format!("zstd -10 {tt}"), vec!["zstd", "-q", "-10", &tt, "-c"]),
+        (
+            format!("zstd -10 {tt}"),
+            vec!["zstd", "-q", "-10", &tt, "-c"],
+        ),
         (format!("zstd -3 {tt}"), vec!["zstd", "-q", "-3", &tt, "-c"]),
         (format!("xz -9 {tt}"), vec!["xz", "-9", &tt, "-c"]),
         (format!("xz -6 {tt}"), vec!["xz", "-6", &tt, "-c"]),
@@ -142,6 +145,14 @@ fn one(a: &[String]) -> Result<()> {
         threads,
         &|_| {},
     )?;
+    // Our own peak RSS, for the parent (the wait4 figure also covers the
+    // parent's memory: a vfork'ed child's exec keeps the old high-water mark).
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .context("no VmHWM")?;
+    println!("{}", hwm.trim().trim_end_matches(" kB"));
     Ok(())
 }
 

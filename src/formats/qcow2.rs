@@ -228,6 +228,7 @@ fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<Vec<u64
         let end = r.end.div_ceil(CLUSTER_SIZE);
         let mut c = (r.start / CLUSTER_SIZE).max(next);
         while c < end {
+            crate::util::cancel::check()?;
             let n = (end - c).min(READ_BATCH_CLUSTERS);
             let pos = c * CLUSTER_SIZE;
             // The last cluster may be partial: the view reads zeros past its end.

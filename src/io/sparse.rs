@@ -258,6 +258,7 @@ fn write_sparse_inner(
         pos = r.start;
         progress(pos);
         while pos < r.end {
+            crate::util::cancel::check()?;
             let n = (r.end - pos).min(IO_BLOCK as u64) as usize;
             let mut buf = pool.get().context("buffer pool closed")?;
             view.read_at(&mut buf[..n], pos)?;
@@ -321,6 +322,7 @@ pub fn sha256_view(view: &dyn DiskView) -> Result<String> {
         hasher.zeros(r.start - pos)?;
         pos = r.start;
         while pos < r.end {
+            crate::util::cancel::check()?;
             let n = (r.end - pos).min(IO_BLOCK as u64) as usize;
             let mut buf = pool.get().context("buffer pool closed")?;
             view.read_at(&mut buf[..n], pos)?;
