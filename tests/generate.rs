@@ -316,7 +316,10 @@ fn partition_tables_and_filesystems_follow_spec() {
     let mbr = |f: &Path| {
         use std::os::unix::fs::FileExt;
         let mut b = [0u8; 440];
-        std::fs::File::open(f).unwrap().read_exact_at(&mut b, 0).unwrap();
+        std::fs::File::open(f)
+            .unwrap()
+            .read_exact_at(&mut b, 0)
+            .unwrap();
         b
     };
     assert!(mbr(&raw).iter().all(|&x| x == 0), "metal4k has boot code");
@@ -523,7 +526,11 @@ fn deployment_kargs_and_boot_files() {
         let os_pj = must(
             Command::new("ostree")
                 .arg(format!("--repo={}/ostree/repo", root.0.display()))
-                .args(["cat", &deployed, "/usr/share/coreos-assembler/platforms.json"]),
+                .args([
+                    "cat",
+                    &deployed,
+                    "/usr/share/coreos-assembler/platforms.json",
+                ]),
         );
         assert_eq!(serde_json::from_str::<Value>(&os_pj).unwrap(), pj);
         // Stamp, aleph, /boot/efi, GRUB config and modules.
