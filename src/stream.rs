@@ -1,1 +1,566 @@
-//! (in progress)
+//! CoreOS stream metadata (`stream.json`): the document that tells
+//! installers where each artifact of a release is and how to check it.
+//!
+//! The shape and every JSON key follow coreos/stream-metadata-go
+//! `stream/stream.go` (the reference; the Rust crate
+//! `coreos-stream-metadata` reads the same document, and
+//! `tests/stream_metadata.rs` parses our output with it):
+//!
+//! ```text
+//! {stream, metadata: {last-modified, generator},
+//!  architectures: {<arch>: {
+//!    artifacts: {<platform>: {release, formats: {<format>:
+//!      {disk|kernel|initramfs|rootfs: {location, signature?, sha256, uncompressed-sha256?}}}}},
+//!    images: {aws: {regions: {<region>: {release, image}}}},
+//!    rhel-coreos-extensions?}}}
+//! ```
+//!
+//! [`from_meta`] maps a build's `meta.json` images the way cosa's release
+//! metadata does: the format key is the file name's suffix after
+//! `<platform>.<arch>.` (`qcow2.gz`, `vmdk.gz`, `ova`, `vhd.gz`, `tar.gz`),
+//! with metal special: `raw.gz`, `4k.raw.gz` (metal4k lives under `metal`),
+//! `iso`, and `pxe` holding `kernel`, `initramfs` and `rootfs`.
+use crate::meta::{rfc3339_utc, ImageEntry, Meta};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// File name of the stream metadata written next to meta.json.
+pub const STREAM_JSON: &str = "stream.json";
+/// `metadata.generator`: this tool and its version.
+pub const GENERATOR: &str = concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION"));
+
+/// Artifact kinds inside a format (stream.go `ImageFormat`).
+pub const KIND_DISK: &str = "disk";
+pub const KIND_KERNEL: &str = "kernel";
+pub const KIND_INITRAMFS: &str = "initramfs";
+pub const KIND_ROOTFS: &str = "rootfs";
+
+/// Top-level stream document (stream.go `Stream`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stream {
+    /// Stream name, e.g. `rhcos-4.18` or `stable`.
+    pub stream: String,
+    pub metadata: Metadata,
+    /// By architecture (`x86_64`, `aarch64`, ...).
+    pub architectures: BTreeMap<String, Arch>,
+}
+
+/// stream.go `Metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// RFC 3339, UTC (`2025-01-22T13:27:00Z`).
+    #[serde(rename = "last-modified")]
+    pub last_modified: String,
+    /// The tool that wrote the document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
+}
+
+/// One architecture's artifacts and cloud images (stream.go `Arch`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arch {
+    /// By platform (`metal`, `qemu`, `aws`, ...).
+    pub artifacts: BTreeMap<String, PlatformArtifacts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Images>,
+    /// RHCOS-specific data (stream.go `rhcos.Extensions`, e.g.
+    /// `azure-disk`), kept as it was read.
+    #[serde(
+        rename = "rhel-coreos-extensions",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rhel_coreos_extensions: Option<serde_json::Value>,
+}
+
+/// stream.go `PlatformArtifacts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlatformArtifacts {
+    /// OS version of the artifacts.
+    pub release: String,
+    /// By format key (`raw.gz`, `qcow2.gz`, `pxe`, ...), then by kind
+    /// ([`KIND_DISK`], [`KIND_KERNEL`], ...).
+    pub formats: BTreeMap<String, BTreeMap<String, Artifact>>,
+}
+
+/// One downloadable file (stream.go `Artifact`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// URL, or a file name relative to the stream's directory.
+    pub location: String,
+    /// Detached signature URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// SHA-256 of the file as downloaded.
+    pub sha256: String,
+    /// SHA-256 after decompression, for compressed artifacts.
+    #[serde(
+        rename = "uncompressed-sha256",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub uncompressed_sha256: Option<String>,
+}
+
+/// Images already in clouds (stream.go `Images`). Only AWS is modelled;
+/// other clouds (`gcp`, `aliyun`, `ibmcloud`, ...) are kept as read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Images {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<ReplicatedImage>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// An image in each region of an AWS-like cloud (stream.go
+/// `ReplicatedImage`, alias `AwsImage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicatedImage {
+    #[serde(default)]
+    pub regions: BTreeMap<String, SingleImage>,
+}
+
+/// stream.go `SingleImage` (alias `AwsRegionImage`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SingleImage {
+    /// OS version of the image.
+    pub release: String,
+    /// Image id, e.g. `ami-0123456789abcdef0`.
+    pub image: String,
+}
+
+/// Where one meta.json image goes in the stream.
+struct Placement {
+    /// meta.json `images` key.
+    key: &'static str,
+    /// Stream platform.
+    platform: &'static str,
+    /// Format key, or `None` to derive it from the file name.
+    format: Option<&'static str>,
+    /// Prefix of the derived format key.
+    prefix: &'static str,
+    kind: &'static str,
+}
+
+/// meta.json image keys ([`crate::meta::IMAGE_KEYS`]) to stream places, as
+/// cosa's release metadata lays them out (see the fcos-stream.json fixture
+/// of stream-metadata-go: `metal` `4k.raw.xz`, `iso`, `pxe`).
+const PLACEMENTS: &[Placement] = &[
+    Placement::disk("metal", "metal", ""),
+    Placement::disk("metal4k", "metal", "4k."),
+    Placement::disk("qemu", "qemu", ""),
+    Placement::disk("openstack", "openstack", ""),
+    Placement::disk("aws", "aws", ""),
+    Placement::disk("vmware", "vmware", ""),
+    Placement::disk("azure", "azure", ""),
+    Placement::disk("gcp", "gcp", ""),
+    Placement::live("live-iso", "iso", KIND_DISK),
+    Placement::live("live-kernel", "pxe", KIND_KERNEL),
+    Placement::live("live-initramfs", "pxe", KIND_INITRAMFS),
+    Placement::live("live-rootfs", "pxe", KIND_ROOTFS),
+];
+
+impl Placement {
+    const fn disk(key: &'static str, platform: &'static str, prefix: &'static str) -> Self {
+        Placement {
+            key,
+            platform,
+            format: None,
+            prefix,
+            kind: KIND_DISK,
+        }
+    }
+
+    const fn live(key: &'static str, format: &'static str, kind: &'static str) -> Self {
+        Placement {
+            key,
+            platform: "metal",
+            format: Some(format),
+            prefix: "",
+            kind,
+        }
+    }
+}
+
+/// The stream for one build: every image of `meta` that has a stream
+/// place (the keys of [`crate::meta::IMAGE_KEYS`]; others such as `ostree`
+/// are left out) under `meta`'s architecture, `release` being the OS
+/// version. Locations are `base_url/<file>` or the bare file name.
+///
+/// `images.aws.regions` holds `pinned_amis`, given as `(region, ami id,
+/// release)` (the release's own AMIs), then the AMIs of `meta.amis` (ours,
+/// release = this build), which win for a region listed in both.
+///
+/// `last-modified` is meta's build time stamp (now when it has none), so
+/// the same build gives the same document.
+pub fn from_meta(
+    meta: &Meta,
+    stream_name: &str,
+    base_url: Option<&str>,
+    pinned_amis: &[(String, String, String)],
+) -> Stream {
+    let release = meta.ostree_version.clone();
+    let arch_name = meta.coreos_assembler.basearch.clone();
+    let mut artifacts: BTreeMap<String, PlatformArtifacts> = BTreeMap::new();
+    for p in PLACEMENTS {
+        let Some(entry) = meta.images.get(p.key) else {
+            continue;
+        };
+        let format = match p.format {
+            Some(f) => f.to_string(),
+            None => {
+                let suffix = format_suffix(&entry.path, p.key, &arch_name);
+                if suffix.starts_with(p.prefix) {
+                    suffix
+                } else {
+                    format!("{}{suffix}", p.prefix)
+                }
+            }
+        };
+        artifacts
+            .entry(p.platform.to_string())
+            .or_insert_with(|| PlatformArtifacts {
+                release: release.clone(),
+                formats: BTreeMap::new(),
+            })
+            .formats
+            .entry(format)
+            .or_default()
+            .insert(p.kind.to_string(), artifact(entry, base_url));
+    }
+
+    let mut regions: BTreeMap<String, SingleImage> = pinned_amis
+        .iter()
+        .map(|(region, image, rel)| {
+            (
+                region.clone(),
+                SingleImage {
+                    release: rel.clone(),
+                    image: image.clone(),
+                },
+            )
+        })
+        .collect();
+    for ami in &meta.amis {
+        regions.insert(
+            ami.name.clone(),
+            SingleImage {
+                release: release.clone(),
+                image: ami.hvm.clone(),
+            },
+        );
+    }
+    let images = (!regions.is_empty()).then(|| Images {
+        aws: Some(ReplicatedImage { regions }),
+        other: BTreeMap::new(),
+    });
+
+    let last_modified = meta
+        .coreos_assembler
+        .build_timestamp
+        .clone()
+        .unwrap_or_else(|| rfc3339_utc(chrono::Utc::now().timestamp()));
+    Stream {
+        stream: stream_name.to_string(),
+        metadata: Metadata {
+            last_modified,
+            generator: Some(GENERATOR.to_string()),
+        },
+        architectures: BTreeMap::from([(
+            arch_name,
+            Arch {
+                artifacts,
+                images,
+                rhel_coreos_extensions: None,
+            },
+        )]),
+    }
+}
+
+/// The stream entry for one meta.json image.
+fn artifact(entry: &ImageEntry, base_url: Option<&str>) -> Artifact {
+    let location = match base_url {
+        Some(base) if !base.is_empty() => {
+            format!("{}/{}", base.trim_end_matches('/'), entry.path)
+        }
+        _ => entry.path.clone(),
+    };
+    Artifact {
+        location,
+        signature: None,
+        sha256: entry.sha256.clone(),
+        uncompressed_sha256: entry.uncompressed_sha256.clone(),
+    }
+}
+
+/// The format key of a disk file: what follows `<key>.<arch>.` in
+/// `<name>-<version>-<key>.<arch>.<ext>` (`raw.gz`, `qcow2.gz`, `ova`).
+/// Names not in that form fall back to what follows the last `.<arch>.`,
+/// then to everything after the first dot.
+fn format_suffix(path: &str, key: &str, arch: &str) -> String {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let marker = format!("-{key}.{arch}.");
+    if let Some(i) = file.rfind(&marker) {
+        return file[i + marker.len()..].to_string();
+    }
+    let marker = format!(".{arch}.");
+    if let Some(i) = file.rfind(&marker) {
+        return file[i + marker.len()..].to_string();
+    }
+    match file.split_once('.') {
+        Some((_, ext)) if !ext.is_empty() => ext.to_string(),
+        _ => file.to_string(),
+    }
+}
+
+/// Writes `dir/stream.json` atomically (temporary file in `dir`, fsync,
+/// mode 0644, rename, fsync of `dir`), pretty-printed with a final newline.
+pub fn write_stream(dir: &Path, stream: &Stream) -> Result<()> {
+    let mut data = serde_json::to_vec_pretty(stream).context("serialising stream.json")?;
+    data.push(b'\n');
+    let dest = dir.join(STREAM_JSON);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{STREAM_JSON}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    tmp.write_all(&data)
+        .and_then(|_| tmp.as_file().sync_all())
+        .with_context(|| format!("writing {}", tmp.path().display()))?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("chmod {}", tmp.path().display()))?;
+    tmp.persist(&dest)
+        .map_err(|e| e.error)
+        .with_context(|| format!("renaming into {}", dest.display()))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("fsync {}", dir.display()))?;
+    Ok(())
+}
+
+/// Reads `dir/stream.json`.
+pub fn read_stream(dir: &Path) -> Result<Stream> {
+    let path = dir.join(STREAM_JSON);
+    let data = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&data).with_context(|| format!("parsing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::{Ami, IMAGE_KEYS};
+
+    const V: &str = "418.94.202501221327-0";
+
+    fn hash(c: char) -> String {
+        std::iter::repeat(c).take(64).collect()
+    }
+
+    /// File names as this tool (and cosa) writes them.
+    fn file_name(key: &str) -> String {
+        match key {
+            "metal" | "metal4k" => format!("rhcos-{V}-{key}.x86_64.raw.gz"),
+            "qemu" | "openstack" => format!("rhcos-{V}-{key}.x86_64.qcow2.gz"),
+            "aws" => format!("rhcos-{V}-aws.x86_64.vmdk.gz"),
+            "vmware" => format!("rhcos-{V}-vmware.x86_64.ova"),
+            "azure" => format!("rhcos-{V}-azure.x86_64.vhd.gz"),
+            "gcp" => format!("rhcos-{V}-gcp.x86_64.tar.gz"),
+            "live-iso" => format!("rhcos-{V}-live.x86_64.iso"),
+            "live-kernel" => format!("rhcos-{V}-live-kernel-x86_64"),
+            "live-initramfs" => format!("rhcos-{V}-live-initramfs.x86_64.img"),
+            "live-rootfs" => format!("rhcos-{V}-live-rootfs.x86_64.img"),
+            _ => unreachable!("{key}"),
+        }
+    }
+
+    fn full_meta() -> Meta {
+        let mut m = Meta::new("rhcos", V, &hash('c'), "2025-01-22T13:27:00Z", "x86_64");
+        m.coreos_assembler.build_timestamp = Some("2025-02-01T10:00:00Z".into());
+        for (i, key) in IMAGE_KEYS.iter().enumerate() {
+            let c = char::from(b'a' + i as u8);
+            let compressed = file_name(key).ends_with(".gz");
+            m.images.insert(
+                key.to_string(),
+                ImageEntry {
+                    path: file_name(key),
+                    sha256: hash(c),
+                    size: 100 + i as u64,
+                    uncompressed_sha256: compressed.then(|| hash(c.to_ascii_uppercase())),
+                    uncompressed_size: compressed.then_some(1000),
+                    skip_compression: None,
+                },
+            );
+        }
+        m.images.insert(
+            "ostree".into(),
+            ImageEntry {
+                path: format!("rhcos-{V}-ostree.x86_64.ociarchive"),
+                sha256: hash('0'),
+                size: 1,
+                uncompressed_sha256: None,
+                uncompressed_size: None,
+                skip_compression: None,
+            },
+        );
+        m
+    }
+
+    #[test]
+    fn every_image_key_has_a_place() {
+        for key in IMAGE_KEYS {
+            assert!(PLACEMENTS.iter().any(|p| p.key == *key), "{key}");
+        }
+    }
+
+    #[test]
+    fn formats_and_locations() {
+        let s = from_meta(
+            &full_meta(),
+            "rhcos-4.18",
+            Some("https://example.com/b/"),
+            &[],
+        );
+        assert_eq!(s.metadata.last_modified, "2025-02-01T10:00:00Z");
+        assert_eq!(s.metadata.generator.as_deref(), Some(GENERATOR));
+        let a = &s.architectures["x86_64"];
+        let got: Vec<(String, String, String)> = a
+            .artifacts
+            .iter()
+            .flat_map(|(p, pa)| {
+                assert_eq!(pa.release, V);
+                pa.formats.iter().flat_map(move |(f, kinds)| {
+                    kinds.keys().map(move |k| (p.clone(), f.clone(), k.clone()))
+                })
+            })
+            .collect();
+        let want: Vec<(String, String, String)> = [
+            ("aws", "vmdk.gz", "disk"),
+            ("azure", "vhd.gz", "disk"),
+            ("gcp", "tar.gz", "disk"),
+            ("metal", "4k.raw.gz", "disk"),
+            ("metal", "iso", "disk"),
+            ("metal", "pxe", "initramfs"),
+            ("metal", "pxe", "kernel"),
+            ("metal", "pxe", "rootfs"),
+            ("metal", "raw.gz", "disk"),
+            ("openstack", "qcow2.gz", "disk"),
+            ("qemu", "qcow2.gz", "disk"),
+            ("vmware", "ova", "disk"),
+        ]
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect();
+        assert_eq!(got, want, "ostree is not a stream artifact");
+        let k = &a.artifacts["metal"].formats["pxe"]["kernel"];
+        assert_eq!(
+            k.location,
+            format!("https://example.com/b/rhcos-{V}-live-kernel-x86_64")
+        );
+        assert_eq!(k.uncompressed_sha256, None);
+        let q = &a.artifacts["qemu"].formats["qcow2.gz"]["disk"];
+        assert_eq!(q.sha256, hash('c'));
+        assert_eq!(q.uncompressed_sha256, Some(hash('C')));
+        assert!(a.images.is_none());
+    }
+
+    #[test]
+    fn json_keys_follow_stream_go() {
+        let mut m = full_meta();
+        m.amis.push(Ami {
+            name: "us-east-1".into(),
+            hvm: "ami-ours".into(),
+            snapshot: "snap-1".into(),
+        });
+        let pinned = [
+            (
+                "us-east-1".to_string(),
+                "ami-pinned".to_string(),
+                "x".to_string(),
+            ),
+            (
+                "eu-west-1".to_string(),
+                "ami-eu".to_string(),
+                "417.1".to_string(),
+            ),
+        ];
+        let s = from_meta(&m, "rhcos-4.18", None, &pinned);
+        let v = serde_json::to_value(&s).unwrap();
+        assert!(v["metadata"]["last-modified"].is_string());
+        assert_eq!(v["metadata"]["generator"], GENERATOR);
+        let a = &v["architectures"]["x86_64"];
+        let disk = &a["artifacts"]["metal"]["formats"]["raw.gz"]["disk"];
+        assert_eq!(disk["location"], format!("rhcos-{V}-metal.x86_64.raw.gz"));
+        assert!(disk["uncompressed-sha256"].is_string());
+        assert!(disk.get("signature").is_none());
+        assert!(a.get("rhel-coreos-extensions").is_none());
+        let r = &a["images"]["aws"]["regions"];
+        assert_eq!(r["us-east-1"]["image"], "ami-ours", "our AMI wins");
+        assert_eq!(r["us-east-1"]["release"], V);
+        assert_eq!(r["eu-west-1"]["image"], "ami-eu");
+        assert_eq!(r["eu-west-1"]["release"], "417.1");
+    }
+
+    #[test]
+    fn write_read_round_trip_keeps_unknown_clouds() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = from_meta(&full_meta(), "rhcos-4.18", None, &[]);
+        let arch = s.architectures.get_mut("x86_64").unwrap();
+        arch.images = Some(Images {
+            aws: None,
+            other: BTreeMap::from([(
+                "gcp".to_string(),
+                serde_json::json!({"release": V, "project": "rhcos-cloud", "name": "rhcos-418"}),
+            )]),
+        });
+        arch.rhel_coreos_extensions =
+            Some(serde_json::json!({"azure-disk": {"release": V, "url": "https://x/y.vhd"}}));
+        write_stream(d.path(), &s).unwrap();
+        let text = std::fs::read_to_string(d.path().join(STREAM_JSON)).unwrap();
+        assert!(text.ends_with("}\n"));
+        assert_eq!(read_stream(d.path()).unwrap(), s);
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [STREAM_JSON], "no temporary file left");
+        let mode = std::fs::metadata(d.path().join(STREAM_JSON))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
+    }
+
+    #[test]
+    fn suffixes() {
+        assert_eq!(
+            format_suffix("rhcos-1-metal4k.x86_64.raw.gz", "metal4k", "x86_64"),
+            "raw.gz"
+        );
+        assert_eq!(
+            format_suffix("a/b/fcos-1-qemu.aarch64.qcow2.xz", "qemu", "aarch64"),
+            "qcow2.xz"
+        );
+        assert_eq!(format_suffix("x.x86_64.vhd", "azure", "x86_64"), "vhd");
+        assert_eq!(format_suffix("disk.raw.gz", "metal", "x86_64"), "raw.gz");
+        // metal4k keeps one "4k." prefix.
+        let mut m = full_meta();
+        m.images.get_mut("metal4k").unwrap().path = format!("rhcos-{V}-metal4k.x86_64.4k.raw.gz");
+        let s = from_meta(&m, "s", None, &[]);
+        assert!(s.architectures["x86_64"].artifacts["metal"]
+            .formats
+            .contains_key("4k.raw.gz"));
+    }
+
+    #[test]
+    fn errors_name_the_directory() {
+        let s = from_meta(&full_meta(), "s", None, &[]);
+        let err = write_stream(Path::new("/nonexistent/dir"), &s).unwrap_err();
+        assert!(format!("{err:#}").contains("/nonexistent/dir"), "{err:#}");
+    }
+}

@@ -93,6 +93,11 @@ pub struct GenerateArgs {
     /// Progress reporting on stderr.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
     pub progress: Progress,
+    /// Base URL where the output directory will be served (e.g. an internal
+    /// web server in a disconnected site): stream.json locations become
+    /// URL/FILE instead of FILE.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
     /// Do not write the OS container as `<name>-<version>-ostree.<arch>.ociarchive`
     /// (cosa publishes it as meta.json `images.ostree`, which cosa's schema
     /// requires; skipping it saves a second read of the OS image).

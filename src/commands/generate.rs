@@ -48,6 +48,11 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,
     };
+    let specs = if a.platforms.iter().any(|p| p == ALL) {
+        restrict_to_os(specs, &a.platforms, os, &loaded.resolved.arch)
+    } else {
+        specs
+    };
     let plan = Plan::build(PlanInput {
         resolved: &loaded.resolved,
         os,
@@ -116,23 +121,62 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         let (key, entry) = b.ostree_archive(&input)?;
         m.images.insert(key, entry);
     }
+    let pinned = &loaded.resolved.pinned_amis;
+    if plan.artifacts.iter().any(|x| x.platform == "aws") {
+        // The release's own AMIs (SPEC 6.3); their `release` (in stream.json)
+        // may be older than the OS built here.
+        for p in pinned {
+            if !m.amis.iter().any(|x| x.name == p.region) {
+                m.amis.push(meta::Ami {
+                    name: p.region.clone(),
+                    hvm: p.image.clone(),
+                    snapshot: String::new(),
+                });
+            }
+        }
+    }
     let written = meta::write_merged_meta(&a.output, m)?;
     meta::write_sha256sums(&a.output, &written.checksums())?;
+    let stream_name = loaded
+        .resolved
+        .stream
+        .as_ref()
+        .and_then(|s| s.get("stream"))
+        .and_then(|s| s.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| plan.name.clone());
+    let pinned: Vec<(String, String, String)> = pinned
+        .iter()
+        .map(|p| (p.region.clone(), p.image.clone(), p.release.clone()))
+        .collect();
+    let st = crate::stream::from_meta(&written, &stream_name, a.base_url.as_deref(), &pinned);
+    crate::stream::write_stream(&a.output, &st)?;
     drop(base);
     work.close().context("removing the work directory")?;
     reporter.note(&format!(
-        "done: {} (meta.json, SHA256SUMS)",
+        "done: {} (meta.json, stream.json, SHA256SUMS)",
         a.output.display()
     ));
     Ok(())
 }
 
+/// The platform named `all`: every platform this tool builds.
+pub const ALL: &str = "all";
+
 fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
     let mut v: Vec<&'static PlatformSpec> = Vec::new();
     for n in names {
+        if n == ALL {
+            for p in platforms::PLATFORMS.iter().filter(|p| p.built) {
+                if !v.iter().any(|x| x.name == p.name) {
+                    v.push(p);
+                }
+            }
+            continue;
+        }
         let Some(p) = platforms::find(n) else {
             bail!(
-                "unknown platform '{n}'; valid platforms: {}",
+                "unknown platform '{n}'; valid platforms: {}, or {ALL}",
                 platforms::names().join(", ")
             );
         };
@@ -152,6 +196,26 @@ fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
         }
     }
     Ok(v)
+}
+
+/// `all` means the platforms the OS supports: those its platforms.json lists
+/// for the architecture (metal4k with metal). Platforms named explicitly stay.
+fn restrict_to_os(
+    specs: Vec<&'static PlatformSpec>,
+    named: &[String],
+    os: Option<&OsInfo>,
+    arch: &str,
+) -> Vec<&'static PlatformSpec> {
+    let Some(table) = os
+        .and_then(|o| o.config.platforms.as_ref())
+        .and_then(|p| p.for_arch(arch))
+    else {
+        return specs;
+    };
+    specs
+        .into_iter()
+        .filter(|p| named.iter().any(|n| n == p.name) || table.contains_key(p.ignition_id))
+        .collect()
 }
 
 fn check_output_dir(dir: &Path) -> Result<()> {
@@ -548,29 +612,48 @@ impl Builder<'_> {
         let extension = platforms::find(&art.platform)
             .map(|p| p.extension)
             .unwrap_or("raw");
-        let entry = if extension == "qcow2" {
-            if art.compressed {
-                let q = self.work.join(format!("{}.qcow2", art.platform));
-                crate::formats::qcow2::write_qcow2_file(&view, &q)?;
-                let qv = FileView::open(&q)?;
-                let w = compress::compress_view(kind, level, &qv, tmp.path(), self.threads, &prog)?;
-                std::fs::remove_file(&q).ok();
-                written_entry(&art.file, &w, true)
-            } else {
-                crate::formats::qcow2::write_qcow2_file(&view, tmp.path())?;
-                let (sha, size) = meta::sha256_file(tmp.path())?;
+        let entry = match extension {
+            // Raw disks are compressed straight from the view.
+            "raw" => {
+                let w =
+                    compress::compress_view(kind, level, &view, tmp.path(), self.threads, &prog)?;
+                written_entry(&art.file, &w, art.compressed)
+            }
+            // Formats that are never recompressed (SPEC 3).
+            "ova" | "tar.gz" => {
+                self.encode(extension, art, &view, tmp.path(), &prog)?;
+                let (sha256, size) = meta::sha256_file(tmp.path())?;
                 ImageEntry {
                     path: art.file.clone(),
-                    sha256: sha,
+                    sha256,
+                    size,
+                    uncompressed_sha256: None,
+                    uncompressed_size: None,
+                    skip_compression: Some(true),
+                }
+            }
+            // qcow2, vmdk, vhd: encoded, then compressed when asked.
+            _ if art.compressed => {
+                let enc = self.work.join(format!("{}.{extension}", art.platform));
+                self.encode(extension, art, &view, &enc, &prog)?;
+                let ev = FileView::open(&enc)?;
+                let w =
+                    compress::compress_view(kind, level, &ev, tmp.path(), self.threads, &|_| {})?;
+                std::fs::remove_file(&enc).ok();
+                written_entry(&art.file, &w, true)
+            }
+            _ => {
+                self.encode(extension, art, &view, tmp.path(), &prog)?;
+                let (sha256, size) = meta::sha256_file(tmp.path())?;
+                ImageEntry {
+                    path: art.file.clone(),
+                    sha256,
                     size,
                     uncompressed_sha256: None,
                     uncompressed_size: None,
                     skip_compression: None,
                 }
             }
-        } else {
-            let w = compress::compress_view(kind, level, &view, tmp.path(), self.threads, &prog)?;
-            written_entry(&art.file, &w, art.compressed)
         };
         cancel::check()?;
         let dst = self.out.join(&art.file);
@@ -582,6 +665,52 @@ impl Builder<'_> {
 }
 
 impl Builder<'_> {
+    /// Write `view` in a platform's format (uncompressed) to `out`.
+    fn encode(
+        &self,
+        extension: &str,
+        art: &PlanArtifact,
+        view: &dyn DiskView,
+        out: &Path,
+        prog: &(dyn Fn(u64) + Sync),
+    ) -> Result<()> {
+        let img = &self.os.config.image;
+        match extension {
+            "qcow2" => {
+                crate::formats::qcow2::write_qcow2_file(view, out)?;
+            }
+            "vmdk" => {
+                let name = art.file.trim_end_matches(&format!(
+                    ".{}",
+                    self.plan.compressor.extension().unwrap_or("")
+                ));
+                let opts = crate::formats::vmdk::VmdkOptions {
+                    extent_name: Some(name.to_string()),
+                    ..Default::default()
+                };
+                crate::formats::vmdk::write_vmdk(view, out, &opts, self.threads, prog)?;
+            }
+            "vhd" => {
+                crate::formats::vhd::write_vhd(view, out, prog)?;
+            }
+            "ova" => {
+                let p = crate::formats::ova::OvaParams::new(
+                    format!("{}-{}", self.plan.name, self.plan.version),
+                    img.vmware_os_type.value.clone(),
+                    u32::try_from(img.vmware_hw_version.value).context("vmware-hw-version")?,
+                    img.vmware_secure_boot.value,
+                    self.plan.version.clone(),
+                );
+                crate::formats::ova::write_ova(view, out, &p, self.threads, prog)?;
+            }
+            "tar.gz" => {
+                crate::formats::gcp::write_gcp_tar_gz(view, out, self.threads, prog)?;
+            }
+            other => bail!("no encoder for .{other}"),
+        }
+        Ok(())
+    }
+
     /// The OS container as an OCI archive (cosa's `images.ostree`).
     fn ostree_archive(&self, input: &Input) -> Result<(String, ImageEntry)> {
         let file = format!(

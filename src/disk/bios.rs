@@ -659,10 +659,8 @@ pub(crate) mod tests {
     /// `boot` filesystem, read grub.cfg from boot_grub_cfg (console.cfg for
     /// serial, the first-boot stamp with network kargs, a menu entry), and
     /// boot the host kernel whose command line shows the expanded
-    /// `$ignition_firstboot`. Needs root, qemu and a host kernel; run with
-    /// `cargo test --release --lib disk:: -- --ignored`.
+    /// `$ignition_firstboot`. Needs root, qemu and a host kernel.
     #[test]
-    #[ignore]
     fn seabios_boots_grub_to_the_kernel() {
         let grub = host_grub().expect("host GRUB");
         let work = tempfile::tempdir().unwrap();

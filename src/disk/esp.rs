@@ -1349,10 +1349,8 @@ mod tests {
     /// sectors: the firmware reads our FAT, starts the vendor GRUB (built
     /// here with grub-mkimage, prefix /EFI/<vendor>), which reads the stub
     /// grub.cfg from `efi_stub_cfg`, finds the boot filesystem and boots the
-    /// test kernel from the boot grub.cfg. Needs root, qemu and OVMF; run
-    /// with `cargo test --release --lib disk:: -- --ignored`.
+    /// test kernel from the boot grub.cfg. Needs root, qemu and OVMF.
     #[test]
-    #[ignore]
     fn ovmf_boots_grub_from_the_esp() {
         use crate::disk::bios::tests::{boot_and_check, gpt_disk, write_boot_fs};
         use crate::disk::grubcfg::efi_stub_cfg;
