@@ -10,6 +10,10 @@
 //!
 //! Azure requires the virtual size (the footer's current size) to be a
 //! whole number of MiB, so a file is `n * 1 MiB + 512` bytes long.
+//!
+//! QEMU probes for VHD by a cookie at offset 0, which only dynamic VHDs
+//! have: `qemu-img info` calls a fixed VHD `raw` (with the footer counted
+//! as disk); `-f vpc` reads it as VHD from the footer.
 use crate::io::sparse::{clamped_extents, write_sparse};
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
@@ -18,9 +22,8 @@ use std::path::Path;
 
 /// Size of the footer (spec: "Hard Disk Footer Format", 512 bytes).
 pub const FOOTER_SIZE: u64 = 512;
-/// Azure accepts only VHDs whose virtual size is a whole MiB (Azure docs,
-/// "Prepare a Linux VHD": "The virtual size of all VHDs on Azure must be
-/// aligned to 1 MB").
+/// Azure accepts only VHDs whose virtual size is a whole MiB (Azure docs
+/// on preparing Linux VHDs; SPEC section 3).
 pub const SIZE_ALIGN: u64 = 1 << 20;
 /// Sector size the footer's geometry counts in (spec: "Disk Geometry").
 const SECTOR_SIZE: u64 = 512;
@@ -31,8 +34,8 @@ const FEATURES_RESERVED: u32 = 0x0000_0002;
 /// File format version 1.0 (spec: "File Format Version").
 const FILE_FORMAT_VERSION: u32 = 0x0001_0000;
 /// Data offset of a fixed disk, which has no dynamic header (spec: "Data
-/// Offset": "For fixed disks, this field should be set to 0xFFFFFFFF").
-/// QEMU and Hyper-V write all 64 bits set; so do we.
+/// Offset", all ones for fixed disks). qemu-img writes all 64 bits set
+/// (observed); so do we.
 const DATA_OFFSET_FIXED: u64 = u64::MAX;
 /// Creator application. QEMU's vpc driver (and tools that copy its table)
 /// takes the disk size from "current size" only for known creators (`win `,

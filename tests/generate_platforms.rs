@@ -1,0 +1,397 @@
+//! `generate ... all`: every cloud and virtualisation format checked with
+//! qemu-img, tar, sha256sum and xmllint, the stream JSON read by the
+//! `coreos-stream-metadata` crate, and each disk booted under SeaBIOS and OVMF.
+mod common;
+use common::boot::{self, DiskFormat, Firmware, Media};
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+struct Built {
+    root: PathBuf,
+    out: PathBuf,
+    raw: PathBuf,
+    meta: Value,
+}
+
+fn built() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
+        let root = top().join("target/tmp/generate-platforms");
+        let _ = std::fs::remove_dir_all(&root);
+        let (out, raw) = (root.join("out"), root.join("raw"));
+        let o = run(
+            &root.join("cache"),
+            &[
+                "generate",
+                &oci("release"),
+                "all",
+                "-o",
+                out.to_str().unwrap(),
+                "--base-url",
+                "http://mirror.example/os",
+                "--debug-raw-dir",
+                raw.to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "generate all failed:\n{}", stderr(&o));
+        let meta: Value =
+            serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
+        Built {
+            root,
+            out,
+            raw,
+            meta,
+        }
+    })
+}
+
+fn artifact(key: &str) -> PathBuf {
+    let b = built();
+    let p = b.meta["images"][key]["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no images.{key} in {}", b.meta));
+    b.out.join(p)
+}
+
+fn sh(script: &str) -> String {
+    must(Command::new("sh").arg("-c").arg(script))
+}
+
+/// The platform's disk in its own format, uncompressed, in a scratch dir
+/// (decompressed or extracted with the standard tools).
+fn disk_of(platform: &str) -> (PathBuf, DiskFormat) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap();
+    let b = built();
+    let dir = b.root.join("disks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = artifact(platform);
+    let (name, fmt, script) = match platform {
+        "aws" => (
+            "aws.vmdk",
+            DiskFormat::Vmdk,
+            format!("gzip -dc '{}' > aws.vmdk", a.display()),
+        ),
+        "openstack" => (
+            "openstack.qcow2",
+            DiskFormat::Qcow2,
+            format!("gzip -dc '{}' > openstack.qcow2", a.display()),
+        ),
+        "azure" => (
+            "azure.vhd",
+            DiskFormat::Vpc,
+            format!(
+                "gzip -dc '{}' | cp --sparse=always /dev/stdin azure.vhd",
+                a.display()
+            ),
+        ),
+        "vmware" => (
+            "disk.vmdk",
+            DiskFormat::Vmdk,
+            format!("tar -xf '{}' disk.vmdk", a.display()),
+        ),
+        "gcp" => (
+            "disk.raw",
+            DiskFormat::Raw,
+            format!("tar -xSzf '{}'", a.display()),
+        ),
+        _ => unreachable!(),
+    };
+    let p = dir.join(name);
+    if !p.exists() {
+        must(Command::new("sh").arg("-c").arg(&script).current_dir(&dir));
+    }
+    (p, fmt)
+}
+
+fn qemu_img_info(p: &Path, fmt: &str) -> Value {
+    serde_json::from_str(&must(
+        Command::new("qemu-img")
+            .args(["info", "--output=json", "-f", fmt])
+            .arg(p),
+    ))
+    .unwrap()
+}
+
+#[test]
+fn all_builds_every_supported_platform_once() {
+    let b = built();
+    let images = b.meta["images"].as_object().unwrap();
+    for k in [
+        "metal",
+        "metal4k",
+        "qemu",
+        "openstack",
+        "aws",
+        "vmware",
+        "azure",
+        "gcp",
+        "ostree",
+    ] {
+        assert!(
+            images.contains_key(k),
+            "images.{k} missing: {:?}",
+            images.keys()
+        );
+    }
+    let sums = must(
+        Command::new("sha256sum")
+            .arg("-c")
+            .arg("SHA256SUMS")
+            .current_dir(&b.out),
+    );
+    for e in images.values() {
+        assert!(
+            sums.contains(&format!("{}: OK", e["path"].as_str().unwrap())),
+            "{sums}"
+        );
+    }
+    // Never-recompressed formats are marked so; the others are .gz.
+    assert_eq!(images["vmware"]["skip-compression"], true);
+    assert_eq!(images["gcp"]["skip-compression"], true);
+    for k in ["aws", "azure", "openstack"] {
+        assert!(images[k]["path"].as_str().unwrap().ends_with(".gz"), "{k}");
+        sh(&format!("gzip -t '{}'", artifact(k).display()));
+    }
+    // The release's pinned AMIs are recorded.
+    let amis = b.meta["amis"].as_array().expect("amis");
+    assert_eq!(amis.len(), 2, "{amis:?}");
+}
+
+#[test]
+fn each_format_is_recognised_valid_and_equal_to_its_raw() {
+    let b = built();
+    for (platform, fmt, qfmt) in [
+        ("aws", "vmdk", "vmdk"),
+        ("vmware", "vmdk", "vmdk"),
+        ("openstack", "qcow2", "qcow2"),
+        ("azure", "vpc", "vpc"),
+        ("gcp", "raw", "raw"),
+    ] {
+        let (p, _) = disk_of(platform);
+        let info = qemu_img_info(&p, qfmt);
+        assert_eq!(info["format"], fmt, "{platform}: {info}");
+        if fmt == "vmdk" {
+            assert_eq!(
+                info["format-specific"]["data"]["create-type"], "streamOptimized",
+                "{platform}"
+            );
+        }
+        if fmt != "raw" {
+            let c = Command::new("qemu-img")
+                .args(["check", "-f", qfmt])
+                .arg(&p)
+                .output()
+                .unwrap();
+            // vpc has no check support in qemu-img (exit 63): not an error.
+            assert!(
+                c.status.success() || (qfmt == "vpc" && c.status.code() == Some(63)),
+                "{platform}: {}",
+                String::from_utf8_lossy(&c.stdout)
+            );
+        }
+        let raw = b.raw.join(format!("{platform}.raw"));
+        let c = Command::new("qemu-img")
+            .args(["compare", "-f", qfmt, "-F", "raw"])
+            .arg(&p)
+            .arg(&raw)
+            .output()
+            .unwrap();
+        assert!(
+            c.status.success(),
+            "{platform}: qemu-img compare: {}{}",
+            String::from_utf8_lossy(&c.stdout),
+            String::from_utf8_lossy(&c.stderr)
+        );
+    }
+    // The VHD is the raw disk rounded to a MiB plus the footer.
+    let (vhd, _) = disk_of("azure");
+    assert_eq!(std::fs::metadata(&vhd).unwrap().len() % (1 << 20), 512);
+}
+
+#[test]
+fn ova_members_manifest_and_ovf() {
+    let ova = artifact("vmware");
+    let list = sh(&format!("tar -tf '{}'", ova.display()));
+    let names: Vec<&str> = list.lines().collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[0], "coreos.ovf");
+    assert_eq!(names[1], "disk.vmdk");
+    assert!(names[2].ends_with(".mf"));
+    let dir = built().root.join("ova");
+    std::fs::create_dir_all(&dir).unwrap();
+    must(Command::new("tar").arg("-xf").arg(&ova).current_dir(&dir));
+    let mf = std::fs::read_to_string(dir.join(names[2])).unwrap();
+    for m in ["coreos.ovf", "disk.vmdk"] {
+        let sum = sh(&format!("sha256sum '{}'", dir.join(m).display()));
+        let sum = sum.split_whitespace().next().unwrap();
+        assert!(mf.contains(&format!("SHA256({m})= {sum}")), "{mf}");
+    }
+    let ovf = dir.join("coreos.ovf");
+    must(Command::new("xmllint").arg("--noout").arg(&ovf));
+    let xp = |q: &str| must(Command::new("xmllint").args(["--xpath", q]).arg(&ovf));
+    // Values from the test OS's image.json (vmware-*), and the OS version.
+    assert!(
+        xp("string(//*[local-name()='OperatingSystemSection']/@*[local-name()='osType'])")
+            .contains("rhel9_64Guest")
+    );
+    assert_eq!(
+        xp("string(//*[local-name()='VirtualSystemType'])"),
+        "vmx-17"
+    );
+    let size = std::fs::metadata(dir.join("disk.vmdk")).unwrap().len();
+    assert_eq!(
+        xp("string(//*[local-name()='File']/@*[local-name()='size'])"),
+        size.to_string()
+    );
+    assert!(
+        xp("string(//*[local-name()='ProductSection']/*[local-name()='Version'])")
+            .contains(built().meta["ostree-version"].as_str().unwrap())
+    );
+    let all = std::fs::read_to_string(&ovf).unwrap();
+    assert!(
+        all.contains("uefi.secureBoot.enabled") && all.contains("guestinfo.ignition.config.data")
+    );
+}
+
+#[test]
+fn stream_json_lists_every_artifact_for_coreos_stream_metadata() {
+    let b = built();
+    let text = std::fs::read_to_string(b.out.join("stream.json")).unwrap();
+    let s: coreos_stream_metadata::Stream =
+        serde_json::from_str(&text).expect("stream.json parses");
+    let arch = &s.architectures["x86_64"];
+    let loc = |platform: &str, format: &str| {
+        arch.artifacts[platform].formats[format]
+            .get("disk")
+            .unwrap_or_else(|| panic!("{platform} {format}"))
+            .location
+            .clone()
+    };
+    for (key, platform, format) in [
+        ("metal", "metal", "raw.gz"),
+        ("metal4k", "metal", "4k.raw.gz"),
+        ("qemu", "qemu", "qcow2.gz"),
+        ("openstack", "openstack", "qcow2.gz"),
+        ("aws", "aws", "vmdk.gz"),
+        ("vmware", "vmware", "ova"),
+        ("azure", "azure", "vhd.gz"),
+        ("gcp", "gcp", "tar.gz"),
+    ] {
+        let file = b.meta["images"][key]["path"].as_str().unwrap();
+        assert_eq!(
+            loc(platform, format),
+            format!("http://mirror.example/os/{file}")
+        );
+    }
+    let regions = &arch.images.as_ref().unwrap().aws.as_ref().unwrap().regions;
+    assert_eq!(regions.len(), 2);
+}
+
+/// Kernel arguments and console.cfg of each platform, read back from its
+/// own boot filesystem, match the OS's platforms.json.
+#[test]
+fn each_platform_has_its_own_kargs_and_console() {
+    let b = built();
+    for platform in ["openstack", "aws", "vmware", "azure", "gcp"] {
+        let raw = b.raw.join(format!("{platform}.raw"));
+        let read = |path: &str| {
+            sh(&format!(
+                "l=$(losetup --find --show --read-only --offset=$((129<<20)) --sizelimit=$((384<<20)) '{}'); debugfs -R 'cat {path}' $l 2>/dev/null; losetup -d $l",
+                raw.display()
+            ))
+        };
+        let pj: Value = serde_json::from_str(&read("/coreos/platforms.json")).unwrap();
+        let entries = sh(&format!(
+            "l=$(losetup --find --show --read-only --offset=$((129<<20)) --sizelimit=$((384<<20)) '{}'); debugfs -R 'ls -p /loader/entries' $l 2>/dev/null; losetup -d $l",
+            raw.display()
+        ));
+        let entry = entries
+            .lines()
+            .filter_map(|l| l.split('/').nth(5))
+            .find(|n| n.ends_with(".conf"))
+            .unwrap_or_else(|| panic!("{platform}: no BLS entry in {entries}"))
+            .to_string();
+        let bls = read(&format!("/loader/entries/{entry}"));
+        let opts = bls
+            .lines()
+            .find_map(|l| l.strip_prefix("options "))
+            .unwrap();
+        assert!(
+            opts.contains(&format!("ignition.platform.id={platform}")),
+            "{platform}: {opts}"
+        );
+        let kargs: Vec<String> = pj["x86_64"][platform]["kernel_arguments"]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        assert!(
+            opts.ends_with(&kargs.join(" ")),
+            "{platform}: {opts} vs {kargs:?}"
+        );
+        let console = read("/grub2/console.cfg");
+        for c in pj["x86_64"][platform]["grub_commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                console.contains(c.as_str().unwrap()),
+                "{platform}: {console}"
+            );
+        }
+    }
+}
+
+fn boots(platform: &str, fw: Firmware) {
+    let (p, fmt) = disk_of(platform);
+    let r = boot::assert_boots(&[Media::disk_as(p, fmt)], fw, boot::default_timeout());
+    assert_eq!(r.marker.platform, platform, "{}", r.log);
+    assert!(r.marker.firstboot, "{}", r.log);
+    assert_eq!(r.marker.mode, boot::Mode::Disk);
+    eprintln!("{platform} {fw:?}: booted in {:.1?}", r.duration);
+}
+
+#[test]
+fn boot_aws_vmdk_bios() {
+    boots("aws", Firmware::Bios);
+}
+#[test]
+fn boot_aws_vmdk_uefi() {
+    boots("aws", Firmware::Uefi);
+}
+#[test]
+fn boot_vmware_ova_disk_uefi() {
+    boots("vmware", Firmware::Uefi);
+}
+#[test]
+fn boot_vmware_ova_disk_bios() {
+    boots("vmware", Firmware::Bios);
+}
+#[test]
+fn boot_openstack_qcow2_bios() {
+    boots("openstack", Firmware::Bios);
+}
+#[test]
+fn boot_openstack_qcow2_uefi() {
+    boots("openstack", Firmware::Uefi);
+}
+#[test]
+fn boot_azure_vhd_uefi() {
+    boots("azure", Firmware::Uefi);
+}
+#[test]
+fn boot_azure_vhd_bios() {
+    boots("azure", Firmware::Bios);
+}
+#[test]
+fn boot_gcp_disk_raw_uefi() {
+    boots("gcp", Firmware::Uefi);
+}
+#[test]
+fn boot_gcp_disk_raw_bios() {
+    boots("gcp", Firmware::Bios);
+}
