@@ -569,9 +569,9 @@ pub fn write_sha256sums(dir: &Path, files: &[(String, String)]) -> Result<()> {
     write_atomic(dir, SHA256SUMS, out.as_bytes())
 }
 
-/// Writes `dir/name` via a temporary file in `dir`: write, fsync, chmod
-/// 0644, rename over `name`, fsync `dir`.
-fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+/// Write `dir/name` atomically: temporary file, fsync, mode 0644, rename,
+/// fsync of the directory.
+pub(crate) fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
     let dest = dir.join(name);
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))

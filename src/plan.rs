@@ -123,10 +123,17 @@ pub fn console(
             );
         };
         let Some(c) = table.get(spec.ignition_id) else {
+            let both: Vec<&str> = crate::platforms::PLATFORMS
+                .iter()
+                .filter(|p| p.built && table.contains_key(p.ignition_id))
+                .map(|p| p.name)
+                .collect();
             bail!(
-                "the OS does not support platform {}: its platforms.json lists {} for {arch}",
-                spec.ignition_id,
-                table.keys().cloned().collect::<Vec<_>>().join(", ")
+                "the OS does not support platform {}: its platforms.json lists {} for {arch}; this tool builds {} of those; leave {} out, or ask for `all` (every platform both support)",
+                spec.name,
+                table.keys().cloned().collect::<Vec<_>>().join(", "),
+                both.join(", "),
+                spec.name
             );
         };
         return Ok((

@@ -24,9 +24,6 @@ use crate::meta::{rfc3339_utc, ImageEntry, Meta};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// File name of the stream metadata written next to meta.json.
@@ -323,25 +320,7 @@ fn format_suffix(path: &str, key: &str, arch: &str) -> String {
 pub fn write_stream(dir: &Path, stream: &Stream) -> Result<()> {
     let mut data = serde_json::to_vec_pretty(stream).context("serialising stream.json")?;
     data.push(b'\n');
-    let dest = dir.join(STREAM_JSON);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{STREAM_JSON}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    tmp.write_all(&data)
-        .and_then(|_| tmp.as_file().sync_all())
-        .with_context(|| format!("writing {}", tmp.path().display()))?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))
-        .with_context(|| format!("chmod {}", tmp.path().display()))?;
-    tmp.persist(&dest)
-        .map_err(|e| e.error)
-        .with_context(|| format!("renaming into {}", dest.display()))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("fsync {}", dir.display()))?;
-    Ok(())
+    crate::meta::write_atomic(dir, STREAM_JSON, &data)
 }
 
 /// Reads `dir/stream.json`.

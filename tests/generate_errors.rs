@@ -780,3 +780,94 @@ fn dry_run_writes_nothing() {
         assert!(a["disk_size"].as_u64().unwrap() >= metal, "{a:#}");
     }
 }
+
+#[test]
+fn os_platforms_json_lacks_a_requested_platform() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        &[],
+        &[&oci("release-nogcp"), "metal", "gcp", "-o", p(&out)],
+    );
+    assert_fails(
+        &sb,
+        &r,
+        &[
+            "does not support platform gcp",
+            "platforms.json",
+            "metal",
+            "vmware",
+            "this tool builds",
+            "all",
+        ],
+    );
+    assert_not_created(&out);
+}
+
+#[test]
+fn all_skips_what_the_os_does_not_list() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    // Once the OS is imported, the plan knows its platforms.json.
+    ok_json(&sb.cache(), &["inspect", &oci("release-nogcp"), "--import"]);
+    let r = generate(
+        &sb,
+        &[],
+        &[&oci("release-nogcp"), "all", "--dry-run", "-o", p(&out)],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let names: Vec<&str> = plan["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["platform"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"gcp"), "{names:?}");
+    for n in [
+        "metal",
+        "metal4k",
+        "qemu",
+        "openstack",
+        "aws",
+        "vmware",
+        "azure",
+    ] {
+        assert!(names.contains(&n), "{n} missing from {names:?}");
+    }
+    assert_not_created(&out);
+}
+
+#[test]
+fn base_url_that_is_not_a_url() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    for bad in ["mirror.example/rhcos", "http://", "://x", "http://a b/c"] {
+        let r = generate(
+            &sb,
+            &[],
+            &[&oci("release"), "metal", "--base-url", bad, "-o", p(&out)],
+        );
+        assert_fails(&sb, &r, &["--base-url", "not a url", "https://"]);
+        assert_not_created(&out);
+    }
+}
+
+#[test]
+fn no_room_for_all_is_found_before_building() {
+    let mut sb = Sandbox::new();
+    let mid = sb.tmpfs("mid", "size=300m");
+    let r = generate(&sb, &[], &[&oci("release"), "all", "-o", p(&mid)]);
+    let line = assert_fails(&sb, &r, &["not enough free space", "-o"]);
+    assert!(
+        !r.stderr.contains("base disk"),
+        "started building:\n{}",
+        r.stderr
+    );
+    assert_empty(&mid);
+    assert_space_figures_consistent(&line);
+    // The same filesystem holds one platform: the check is about `all`.
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&mid)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+}

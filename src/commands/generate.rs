@@ -38,6 +38,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
     let specs = parse_platforms(&a.platforms)?;
     let compressor = a.compress.as_deref().map(Compressor::parse).transpose()?;
+    if let Some(u) = &a.base_url {
+        check_base_url(u)?;
+    }
     check_output_dir(&a.output)?;
     let chosen = backend::choose(a.backend)?;
     let input = Input::from_args(&a.input)?;
@@ -216,6 +219,29 @@ fn restrict_to_os(
         .into_iter()
         .filter(|p| named.iter().any(|n| n == p.name) || table.contains_key(p.ignition_id))
         .collect()
+}
+
+/// `--base-url` must be an absolute URL with a scheme and a host.
+fn check_base_url(u: &str) -> Result<()> {
+    let ok = u.split_once("://").is_some_and(|(scheme, rest)| {
+        let host = rest.split('/').next().unwrap_or("");
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+            && !host.is_empty()
+            && !u.chars().any(|c| c.is_whitespace() || c.is_control())
+    });
+    if !ok {
+        bail!(
+            "--base-url '{u}' is not a URL; give the absolute URL the output directory will be served from, e.g. https://mirror.example.com/rhcos/4.18"
+        );
+    }
+    Ok(())
 }
 
 fn check_output_dir(dir: &Path) -> Result<()> {
