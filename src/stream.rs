@@ -508,6 +508,7 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, [STREAM_JSON], "no temporary file left");
+        use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(d.path().join(STREAM_JSON))
             .unwrap()
             .permissions()
