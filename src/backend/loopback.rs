@@ -47,14 +47,43 @@ impl LoopDevice {
         // Tolerate a brief EBUSY just after an unmount.
         let mut last = None;
         for _ in 0..50 {
-            match cmd::run(&mut cmd::new("losetup", ["-d".as_ref(), dev.as_os_str()])) {
-                Ok(_) => return Ok(()),
-                Err(e) => last = Some(e),
+            match std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(dev)
+                .output()
+            {
+                Ok(o) if o.status.success() => {
+                    Self::wait_gone(dev);
+                    return Ok(());
+                }
+                Ok(o) => last = Some(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+                Err(e) => last = Some(e.to_string()),
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        Err(last.expect("an attempt was made"))
-            .with_context(|| format!("detaching loop device {}", dev.display()))
+        anyhow::bail!(
+            "detaching loop device {}: {}",
+            dev.display(),
+            last.unwrap_or_default()
+        )
+    }
+
+    /// `losetup -d` of a device someone still holds open (udev probing a
+    /// fresh device) only marks it for autoclear: wait until the kernel has
+    /// really released it, so nothing of ours outlives the run.
+    fn wait_gone(dev: &Path) {
+        let Some(name) = dev.file_name() else { return };
+        let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+        for _ in 0..200 {
+            if !backing.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        tracing::warn!(
+            "loop device {} is still attached after detaching",
+            dev.display()
+        );
     }
 
     /// Detach, reporting errors.
@@ -70,13 +99,8 @@ impl Drop for LoopDevice {
     fn drop(&mut self) {
         if let Some(d) = self.dev.take() {
             // Not the cmd wrapper: it refuses to run once a signal is pending.
-            let ok = std::process::Command::new("losetup")
-                .arg("-d")
-                .arg(&d)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                tracing::warn!("could not detach loop device {}", d.display());
+            if let Err(e) = Self::detach(&d) {
+                tracing::warn!("{e:#}");
             }
         }
     }

@@ -639,7 +639,13 @@ impl Builder<'_> {
             .map(|p| p.extension)
             .unwrap_or("raw");
         let entry = match extension {
-            // Raw disks are compressed straight from the view.
+            // Raw disks and fixed VHDs are compressed straight from the view.
+            "vhd" if art.compressed => {
+                let vhd = crate::formats::vhd::VhdView::new(&view)?;
+                let w =
+                    compress::compress_view(kind, level, &vhd, tmp.path(), self.threads, &prog)?;
+                written_entry(&art.file, &w, true)
+            }
             "raw" => {
                 let w =
                     compress::compress_view(kind, level, &view, tmp.path(), self.threads, &prog)?;

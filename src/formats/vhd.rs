@@ -138,6 +138,24 @@ pub fn write_vhd_with(
     Ok(stats)
 }
 
+impl<'a> VhdView<'a> {
+    /// The fixed VHD of `view` (random unique id, footer time now).
+    pub fn new(view: &'a dyn DiskView) -> Result<Self> {
+        let virtual_size = view
+            .len()
+            .checked_next_multiple_of(SIZE_ALIGN)
+            .context("disk size overflows")?;
+        ensure!(virtual_size > 0, "cannot write an empty disk as a VHD");
+        let uuid = *uuid::Uuid::new_v4().as_bytes();
+        let ts = vhd_timestamp(chrono::Utc::now().timestamp());
+        Ok(VhdView {
+            disk: view,
+            virtual_size,
+            footer: footer(virtual_size, uuid, ts),
+        })
+    }
+}
+
 /// Seconds since the VHD epoch (2000-01-01 UTC) for a Unix time, clamped
 /// to the field's range.
 pub fn vhd_timestamp(unix: i64) -> u32 {
@@ -214,8 +232,9 @@ pub fn chs_geometry(total_sectors: u64) -> (u16, u8, u8) {
     ((cyl_times_heads / heads) as u16, heads as u8, spt as u8)
 }
 
-/// The disk, zero padding up to `virtual_size`, then the footer.
-struct VhdView<'a> {
+/// The disk, zero padding up to `virtual_size`, then the footer: a fixed
+/// VHD as a view, so it can be compressed without being written first.
+pub struct VhdView<'a> {
     disk: &'a dyn DiskView,
     virtual_size: u64,
     footer: [u8; 512],
