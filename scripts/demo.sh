@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the bundled test OS release: build the fixture release
-# (cached), then generate the metal, metal4k and qemu bootimages from it into
+# (cached), then generate every platform's bootimage from it into
 # ./bootimages, and show what was written.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,9 +11,9 @@ out=${DEMO_OUT:-$top/bootimages}
 echo "== bootimage-gen inspect $release --import"
 "$bin" inspect "$release" --import
 echo
-echo "== bootimage-gen generate $release metal metal4k qemu -o $out"
+echo "== bootimage-gen generate $release all -o $out"
 rm -rf "$out"
-"$bin" generate "$release" metal metal4k qemu -o "$out"
+"$bin" generate "$release" all -o "$out"
 echo
 echo "== $out"
 ls -l "$out"
