@@ -16,7 +16,7 @@ PKGS=(
   # boot tests
   qemu-system-x86 qemu-utils ovmf seabios ipxe-qemu
   # validation tools used by tests
-  libxml2-utils jq
+  libxml2-utils jq file
   # build deps for the crate
   pkg-config libglib2.0-dev libzstd-dev libssl-dev
 )
