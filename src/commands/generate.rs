@@ -654,15 +654,7 @@ impl Builder<'_> {
             // Formats that are never recompressed (SPEC 3).
             "ova" | "tar.gz" => {
                 self.encode(extension, art, &view, tmp.path(), &prog)?;
-                let (sha256, size) = meta::sha256_file(tmp.path())?;
-                ImageEntry {
-                    path: art.file.clone(),
-                    sha256,
-                    size,
-                    uncompressed_sha256: None,
-                    uncompressed_size: None,
-                    skip_compression: Some(true),
-                }
+                file_entry(&art.file, tmp.path(), Some(true))?
             }
             // qcow2, vmdk, vhd: encoded, then compressed when asked.
             _ if art.compressed => {
@@ -676,15 +668,7 @@ impl Builder<'_> {
             }
             _ => {
                 self.encode(extension, art, &view, tmp.path(), &prog)?;
-                let (sha256, size) = meta::sha256_file(tmp.path())?;
-                ImageEntry {
-                    path: art.file.clone(),
-                    sha256,
-                    size,
-                    uncompressed_sha256: None,
-                    uncompressed_size: None,
-                    skip_compression: None,
-                }
+                file_entry(&art.file, tmp.path(), None)?
             }
         };
         cancel::check()?;
@@ -760,20 +744,10 @@ impl Builder<'_> {
         input
             .fetch
             .copy_to_oci_archive(&self.resolved.os_source, tmp.path(), &scratch)?;
-        let (sha256, size) = meta::sha256_file(tmp.path())?;
+        let entry = file_entry(&file, tmp.path(), Some(true))?;
         publish(tmp, &self.out.join(&file))?;
-        step.done(&format!("{file} ({} MiB)", size >> 20));
-        Ok((
-            meta::IMAGE_KEY_OSTREE.to_string(),
-            ImageEntry {
-                path: file,
-                sha256,
-                size,
-                uncompressed_sha256: None,
-                uncompressed_size: None,
-                skip_compression: Some(true),
-            },
-        ))
+        step.done(&format!("{file} ({} MiB)", entry.size >> 20));
+        Ok((meta::IMAGE_KEY_OSTREE.to_string(), entry))
     }
 }
 
@@ -784,6 +758,19 @@ fn publish(tmp: tempfile::NamedTempFile, dst: &Path) -> Result<()> {
     tmp.persist(dst)
         .with_context(|| format!("renaming into {}", dst.display()))?;
     Ok(())
+}
+
+/// meta.json entry of a finished, uncompressed file published as `name`.
+fn file_entry(name: &str, path: &Path, skip_compression: Option<bool>) -> Result<ImageEntry> {
+    let (sha256, size) = meta::sha256_file(path)?;
+    Ok(ImageEntry {
+        path: name.to_string(),
+        sha256,
+        size,
+        uncompressed_sha256: None,
+        uncompressed_size: None,
+        skip_compression,
+    })
 }
 
 fn written_entry(file: &str, w: &compress::Written, compressed: bool) -> ImageEntry {
