@@ -31,6 +31,8 @@ pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
 /// mount a second filesystem with a UUID already mounted: `nouuid` lets
 /// several builds (or a build next to a test) run at once.
 const ROOT_MOUNT_OPTIONS: &str = "rw,nouuid";
+/// [`Composite::shared`] tag of the views over this run's base disk.
+const BASE_TAG: u64 = 1;
 /// Space kept free beyond the estimates.
 const SPACE_MARGIN: u64 = 64 << 20;
 
@@ -112,6 +114,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         r: &reporter,
         threads,
         raw_dir: a.debug_raw_dir.as_deref(),
+        chunks: compress::ChunkCache::new(&work.path().join("chunks.cache"))?,
     };
     let base = b.build_base()?;
     let mut m = new_meta;
@@ -154,6 +157,14 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         .collect();
     let st = crate::stream::from_meta(&written, &stream_name, a.base_url.as_deref(), &pinned);
     crate::stream::write_stream(&a.output, &st)?;
+    let (chunks, bytes) = b.chunks.reused();
+    if chunks > 0 {
+        reporter.note(&format!(
+            "shared work: {chunks} compressed chunks ({} MiB of disk) reused between platforms instead of compressed again",
+            bytes >> 20
+        ));
+    }
+    drop(b);
     drop(base);
     work.close().context("removing the work directory")?;
     reporter.note(&format!(
@@ -424,6 +435,9 @@ struct Builder<'a> {
     r: &'a Reporter,
     threads: usize,
     raw_dir: Option<&'a Path>,
+    /// Compressed chunks of the base disk's unchanged ranges, shared by
+    /// the platforms whose outputs lay the disk out at the same offsets.
+    chunks: compress::ChunkCache,
 }
 
 impl Builder<'_> {
@@ -615,7 +629,7 @@ impl Builder<'_> {
             patches.push(Patch::from_file(p, esp_p.start, esp_p.size)?);
         }
         let base_view = FileView::open(&base.path)?;
-        let view = Composite::new(&base_view, disk_size, patches)?;
+        let view = Composite::new(&base_view, disk_size, patches)?.shared(BASE_TAG);
         if let Some(dir) = self.raw_dir {
             std::fs::create_dir_all(dir)?;
             let p = dir.join(format!("{}.raw", art.platform));
@@ -642,13 +656,27 @@ impl Builder<'_> {
             // Raw disks and fixed VHDs are compressed straight from the view.
             "vhd" if art.compressed => {
                 let vhd = crate::formats::vhd::VhdView::new(&view)?;
-                let w =
-                    compress::compress_view(kind, level, &vhd, tmp.path(), self.threads, &prog)?;
+                let w = compress::compress_view_cached(
+                    kind,
+                    level,
+                    &vhd,
+                    tmp.path(),
+                    self.threads,
+                    &prog,
+                    Some(&self.chunks),
+                )?;
                 written_entry(&art.file, &w, true)
             }
             "raw" => {
-                let w =
-                    compress::compress_view(kind, level, &view, tmp.path(), self.threads, &prog)?;
+                let w = compress::compress_view_cached(
+                    kind,
+                    level,
+                    &view,
+                    tmp.path(),
+                    self.threads,
+                    &prog,
+                    Some(&self.chunks),
+                )?;
                 written_entry(&art.file, &w, art.compressed)
             }
             // Formats that are never recompressed (SPEC 3).

@@ -245,6 +245,12 @@ impl DiskView for VhdView<'_> {
         self.virtual_size + FOOTER_SIZE
     }
 
+    fn shared_tag(&self, r: std::ops::Range<u64>) -> Option<u64> {
+        (r.end <= self.disk.len())
+            .then(|| self.disk.shared_tag(r))
+            .flatten()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         // Every read of the writer passes here: a signal stops it within
         // one block.

@@ -222,8 +222,123 @@ pub fn compress_view_chunked(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    run(kind, level, chunk, view, out, threads, progress)
+    run(kind, level, chunk, view, out, threads, progress, None)
         .with_context(|| format!("writing {kind}-compressed image {}", out.display()))
+}
+
+/// Compressed chunks of regions several outputs share (the base disk's
+/// unchanged ranges, see [`DiskView::shared_tag`]): the first output
+/// compresses them, later ones reuse the bytes. Kept in a file, so memory
+/// stays bounded whatever the disk size.
+pub struct ChunkCache {
+    path: std::path::PathBuf,
+    inner: Mutex<CacheInner>,
+    hits: AtomicUsize,
+    hit_bytes: std::sync::atomic::AtomicU64,
+}
+
+struct CacheInner {
+    file: std::fs::File,
+    end: u64,
+    index: HashMap<CacheKey, (u64, usize)>,
+}
+
+/// (shared tag, compressor, level, chunk size, offset, length).
+type CacheKey = (u64, Compressor, u32, usize, u64, usize);
+
+impl ChunkCache {
+    /// A new, empty cache file at `path`.
+    pub fn new(path: &Path) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .with_context(|| format!("creating chunk cache {}", path.display()))?;
+        Ok(ChunkCache {
+            path: path.to_path_buf(),
+            inner: Mutex::new(CacheInner {
+                file,
+                end: 0,
+                index: HashMap::new(),
+            }),
+            hits: AtomicUsize::new(0),
+            hit_bytes: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    fn get(&self, key: &CacheKey) -> Result<Option<Vec<u8>>> {
+        use std::os::unix::fs::FileExt;
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(&(at, len)) = inner.index.get(key) else {
+            return Ok(None);
+        };
+        let mut v = vec![0u8; len];
+        inner
+            .file
+            .read_exact_at(&mut v, at)
+            .with_context(|| format!("reading chunk cache {}", self.path.display()))?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.hit_bytes.fetch_add(key.5 as u64, Ordering::Relaxed);
+        Ok(Some(v))
+    }
+
+    fn put(&self, key: CacheKey, bytes: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.index.contains_key(&key) {
+            return Ok(());
+        }
+        let at = inner.end;
+        inner
+            .file
+            .write_all_at(bytes, at)
+            .with_context(|| format!("writing chunk cache {}", self.path.display()))?;
+        inner.end += bytes.len() as u64;
+        inner.index.insert(key, (at, bytes.len()));
+        Ok(())
+    }
+
+    /// Chunks reused so far, and the input bytes they cover.
+    pub fn reused(&self) -> (usize, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.hit_bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// [`compress_view`], reusing and filling `cache` for the view's shared
+/// ranges. The output is byte-identical to [`compress_view`]'s.
+#[allow(clippy::too_many_arguments)]
+pub fn compress_view_cached(
+    kind: Compressor,
+    level: u32,
+    view: &dyn DiskView,
+    out: &Path,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+    cache: Option<&ChunkCache>,
+) -> Result<Written> {
+    if kind == Compressor::None {
+        return sparse::write_sparse(view, out, progress);
+    }
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    run(
+        kind,
+        level,
+        kind.chunk_size(),
+        view,
+        out,
+        threads,
+        progress,
+        cache,
+    )
+    .with_context(|| format!("writing {kind}-compressed image {}", out.display()))
 }
 
 /// One chunk's encoder; each worker owns one.
@@ -340,12 +455,30 @@ struct Job<'a> {
     pool: Arc<BufPool>,
     zeros: ZeroCache,
     abort: AtomicBool,
+    cache: Option<&'a ChunkCache>,
 }
 
 impl Job<'_> {
     fn chunk_len(&self, i: usize) -> usize {
         let off = i as u64 * self.chunk as u64;
         (self.view.len() - off).min(self.chunk as u64) as usize
+    }
+
+    /// Compress one chunk, through the cache when its range is shared.
+    fn shared(&self, enc: &mut Encoder, data: &[u8], off: u64) -> Result<Vec<u8>> {
+        let key = self.cache.and_then(|_| {
+            let tag = self.view.shared_tag(off..off + data.len() as u64)?;
+            Some((tag, self.kind, self.level, self.chunk, off, data.len()))
+        });
+        let (Some(cache), Some(key)) = (self.cache, key) else {
+            return enc.compress(data);
+        };
+        if let Some(bytes) = cache.get(&key)? {
+            return Ok(bytes);
+        }
+        let c = enc.compress(data)?;
+        cache.put(key, &c)?;
+        Ok(c)
     }
 
     /// Worker loop: take a buffer, then the next data chunk, compress it
@@ -382,7 +515,7 @@ impl Job<'_> {
                         packed: Packed::Zero(z),
                     })
                 }
-                Ok(()) => match enc.compress(&buf[..len]) {
+                Ok(()) => match self.shared(&mut enc, &buf[..len], off) {
                     Ok(c) => Ok(Done {
                         input: Some(buf),
                         packed: Packed::Owned(c),
@@ -400,6 +533,7 @@ impl Job<'_> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     kind: Compressor,
     level: u32,
@@ -408,6 +542,7 @@ fn run(
     out: &Path,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
+    cache: Option<&ChunkCache>,
 ) -> Result<Written> {
     let len = view.len();
     let nchunks = usize::try_from(len.div_ceil(chunk as u64)).context("disk too large")?;
@@ -455,6 +590,7 @@ fn run(
         pool: pool.clone(),
         zeros: ZeroCache::default(),
         abort: AtomicBool::new(false),
+        cache,
     };
 
     let result = std::thread::scope(|s| -> Result<()> {
@@ -709,6 +845,66 @@ mod tests {
             crate::io::sparse::sha256_view(&plain).unwrap(),
             crate::io::sparse::sha256_view(&c).unwrap()
         );
+    }
+
+    #[test]
+    fn shared_chunks_are_reused_and_outputs_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = fixture(dir.path(), 24 * MIB);
+        let base = FileView::open(&fx.base).unwrap();
+        let cache = ChunkCache::new(&dir.path().join("chunks")).unwrap();
+        for kind in [Compressor::Gzip, Compressor::Zstd] {
+            let mut before = cache.reused();
+            // Two platforms over one base: different patches, sizes.
+            for (i, (at, len)) in [(7 * MIB + 4096, 26 * MIB), (MIB, 40 * MIB)]
+                .into_iter()
+                .enumerate()
+            {
+                let patch = Patch::from_file(&fx.patch, at, MIB).unwrap();
+                let v = Composite::new(&base, len, vec![patch]).unwrap().shared(7);
+                let plain_out = dir.path().join(format!("plain-{kind}-{i}"));
+                let cached_out = dir.path().join(format!("cached-{kind}-{i}"));
+                let a =
+                    compress_view(kind, kind.default_level(), &v, &plain_out, 2, &|_| {}).unwrap();
+                let b = compress_view_cached(
+                    kind,
+                    kind.default_level(),
+                    &v,
+                    &cached_out,
+                    2,
+                    &|_| {},
+                    Some(&cache),
+                )
+                .unwrap();
+                assert_eq!(a, b, "{kind}: the cache changes nothing in the output");
+                assert_eq!(
+                    std::fs::read(&plain_out).unwrap(),
+                    std::fs::read(&cached_out).unwrap()
+                );
+                test_with_tool(kind, &cached_out);
+                let now = cache.reused();
+                if i == 0 {
+                    assert_eq!(now, before, "{kind}: nothing to reuse on the first output");
+                } else {
+                    assert!(now.0 > before.0, "{kind}: the second output reuses chunks");
+                }
+                before = now;
+            }
+        }
+        // A view that is not declared shared never uses the cache.
+        let plain = Composite::new(&base, 24 * MIB, vec![]).unwrap();
+        let before = cache.reused();
+        compress_view_cached(
+            Compressor::Gzip,
+            6,
+            &plain,
+            &dir.path().join("x"),
+            2,
+            &|_| {},
+            Some(&cache),
+        )
+        .unwrap();
+        assert_eq!(cache.reused(), before);
     }
 
     /// Reports one extent over the whole disk: every chunk is read and

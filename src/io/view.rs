@@ -21,6 +21,13 @@ pub trait DiskView: Sync + Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A tag naming where the bytes of `r` come from, when they are the
+    /// same in every view that gives the same tag for the same range (the
+    /// unchanged regions of a shared base disk), so work on them can be
+    /// reused between outputs. `None`: not shared.
+    fn shared_tag(&self, _r: Range<u64>) -> Option<u64> {
+        None
+    }
 }
 
 /// A whole (possibly sparse) file as a disk.
@@ -146,6 +153,7 @@ pub struct Composite<'a> {
     base: &'a dyn DiskView,
     len: u64,
     patches: Vec<Patch>,
+    tag: Option<u64>,
 }
 
 impl<'a> Composite<'a> {
@@ -166,7 +174,20 @@ impl<'a> Composite<'a> {
                 last.what
             );
         }
-        Ok(Composite { base, len, patches })
+        Ok(Composite {
+            base,
+            len,
+            patches,
+            tag: None,
+        })
+    }
+
+    /// Declare the base's unchanged ranges shared under `tag` (see
+    /// [`DiskView::shared_tag`]): every composite over the same base disk
+    /// must use the same tag, and no other base may use it.
+    pub fn shared(mut self, tag: u64) -> Self {
+        self.tag = Some(tag);
+        self
     }
 }
 
@@ -205,6 +226,15 @@ impl DiskView for Composite<'_> {
             }
         }
         Ok(())
+    }
+    fn shared_tag(&self, r: Range<u64>) -> Option<u64> {
+        let tag = self.tag?;
+        let inside = r.end <= self.base.len().min(self.len);
+        let untouched = self
+            .patches
+            .iter()
+            .all(|p| p.at + p.len <= r.start || p.at >= r.end);
+        (inside && untouched).then_some(tag)
     }
     fn data_extents(&self) -> Result<Vec<Range<u64>>> {
         let mut all: Vec<Range<u64>> = Vec::new();
