@@ -582,24 +582,35 @@ impl Builder<'_> {
         })
     }
 
-    /// Derive, encode, compress and publish one artifact.
-    fn artifact(&self, base: &Base, art: &PlanArtifact) -> Result<ImageEntry> {
-        let d = self.plan.disk.as_ref().context("disk plan")?;
-        let step = self.r.step(art.platform.clone());
-        let disk_size = art.disk_size.context("disk size")?;
-        // The boot filesystem of this platform.
-        let boot_p = base.layout.part("boot").clone();
-        let boot_img = self.work.join(format!("boot-{}.img", art.platform));
+    /// The boot filesystem image for `art`'s platform settings: a copy of
+    /// the base's boot partition with the platform applied. Platforms with
+    /// the same settings get the same file.
+    fn boot_image(&self, base: &Base, art: &PlanArtifact) -> Result<PathBuf> {
+        let key = crate::util::sha256_hex(
+            format!(
+                "{}\0{}\0{}",
+                art.ignition_platform_id,
+                art.kargs.join("\x01"),
+                art.grub_commands.join("\x01")
+            )
+            .as_bytes(),
+        );
+        let img = self.work.join(format!("boot-{}.img", &key[..16]));
+        if img.exists() {
+            return Ok(img);
+        }
+        let boot_p = base.layout.part("boot");
+        let part = self.work.join(format!("boot-{}.img.partial", &key[..16]));
         drop(derive::copy_region(
             &base.file,
             boot_p.start,
             boot_p.size,
-            &boot_img,
+            &part,
         )?);
-        let dev = LoopDevice::attach(&boot_img, 0, boot_p.size, 512)?;
+        let dev = LoopDevice::attach(&part, 0, boot_p.size, 512)?;
         let m = Mounted::new(
             dev,
-            &self.work.join(format!("mnt-{}", art.platform)),
+            &self.work.join(format!("mnt-{}", &key[..16])),
             "ext4",
             "rw",
         )?;
@@ -613,6 +624,19 @@ impl Builder<'_> {
             },
         )?;
         m.close()?;
+        std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
+        Ok(img)
+    }
+
+    /// Derive, encode, compress and publish one artifact.
+    fn artifact(&self, base: &Base, art: &PlanArtifact) -> Result<ImageEntry> {
+        let d = self.plan.disk.as_ref().context("disk plan")?;
+        let step = self.r.step(art.platform.clone());
+        let disk_size = art.disk_size.context("disk size")?;
+        // The boot filesystem of this platform: derived once per distinct
+        // boot setting (metal and metal4k share theirs) and kept for the run.
+        let boot_p = base.layout.part("boot").clone();
+        let boot_img = self.boot_image(base, art)?;
         // The disk as this platform sees it.
         let layout = Layout::with_root(disk_size, art.sector_size, d.root_size)?;
         let mut patches = derive::table_patches(
@@ -702,7 +726,6 @@ impl Builder<'_> {
         cancel::check()?;
         let dst = self.out.join(&art.file);
         publish(tmp, &dst)?;
-        std::fs::remove_file(&boot_img).ok();
         step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));
         Ok(entry)
     }

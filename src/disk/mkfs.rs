@@ -49,9 +49,20 @@ const GATES: &[Gate] = &[
     },
 ];
 
-/// Does the host's mkfs know the feature a gate would switch off?
+/// Does the host's mkfs know the feature a gate would switch off? Asked
+/// once per filesystem type and run.
 fn host_knows(g: &Gate) -> bool {
+    static EXT4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    static XFS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     match g.fs {
+        Fs::Ext4 => *EXT4.get_or_init(|| ask_host(Fs::Ext4)),
+        Fs::Xfs => *XFS.get_or_init(|| ask_host(Fs::Xfs)),
+        _ => false,
+    }
+}
+
+fn ask_host(fs: Fs) -> bool {
+    match fs {
         Fs::Ext4 => {
             // orphan_file arrived in e2fsprogs 1.47.
             let v = std::process::Command::new("mke2fs").arg("-V").output();

@@ -29,7 +29,7 @@ use super::vmdk::{write_vmdk, VmdkOptions, VmdkStats};
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
 use sha2::{Digest, Sha256};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
@@ -227,12 +227,7 @@ fn write(
     );
     let ovf = render_ovf(p, &OvfDisk::from(&vs));
 
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(out)
-        .context("creating the output file")?;
+    let file = crate::io::create_sized(out, 0)?;
     let mut w = Archive {
         w: BufWriter::with_capacity(1 << 20, &file),
         size: 0,

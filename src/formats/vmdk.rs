@@ -41,7 +41,7 @@ use crate::io::view::DiskView;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use flate2::{Compress, Compression, FlushCompress, Status};
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -592,12 +592,7 @@ fn run(
     // while a slow chunk holds up the writer.
     let window = 2 * workers + 2;
 
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(out)
-        .context("creating the output file")?;
+    let file = crate::io::create_sized(out, 0)?;
     let mut sink = Sink {
         w: BufWriter::with_capacity(WRITE_BUFFER, &file),
         sector: 0,

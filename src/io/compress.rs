@@ -26,7 +26,6 @@ use super::view::DiskView;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
-use std::fs::OpenOptions;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -249,13 +248,7 @@ type CacheKey = (u64, Compressor, u32, usize, u64, usize);
 impl ChunkCache {
     /// A new, empty cache file at `path`.
     pub fn new(path: &Path) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .with_context(|| format!("creating chunk cache {}", path.display()))?;
+        let file = crate::io::create_sized(path, 0)?;
         Ok(ChunkCache {
             path: path.to_path_buf(),
             inner: Mutex::new(CacheInner {
@@ -562,12 +555,7 @@ fn run(
         _ => 2 * workers + 2,
     };
 
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(out)
-        .context("creating the output file")?;
+    let file = crate::io::create_sized(out, 0)?;
     let mut w = BufWriter::with_capacity(WRITE_BUFFER, &file);
     let mut out_hash = Sha256::new();
     let mut out_size = 0u64;
@@ -909,12 +897,16 @@ mod tests {
 
     /// Reports one extent over the whole disk: every chunk is read and
     /// checked for zeros instead of being skipped.
-    struct Loose<'a>(&'a dyn DiskView);
+    /// Reads that reach past the second field fail (`u64::MAX`: never).
+    struct Loose<'a>(&'a dyn DiskView, u64);
     impl DiskView for Loose<'_> {
         fn len(&self) -> u64 {
             self.0.len()
         }
         fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            if offset + buf.len() as u64 > self.1 {
+                bail!("injected read error at {offset}");
+            }
             self.0.read_at(buf, offset)
         }
         fn data_extents(&self) -> Result<Vec<Range<u64>>> {
@@ -930,9 +922,13 @@ mod tests {
         for kind in [Compressor::Gzip, Compressor::Zstd, Compressor::Xz] {
             let chunk = 1 << 20;
             let mut outs = Vec::new();
-            for (i, (v, threads)) in [(&view as &dyn DiskView, 1), (&view, 5), (&Loose(&view), 2)]
-                .into_iter()
-                .enumerate()
+            for (i, (v, threads)) in [
+                (&view as &dyn DiskView, 1),
+                (&view, 5),
+                (&Loose(&view, u64::MAX), 2),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 let out = dir.path().join(format!("det-{kind}-{i}"));
                 compress_view_chunked(kind, 3, chunk, v, &out, threads, &|_| {}).unwrap();
@@ -1052,29 +1048,13 @@ mod tests {
 
     /// A view whose reads fail past some offset: the error comes back with
     /// the output's name, and no thread is left hanging.
-    struct Failing<'a>(&'a dyn DiskView, u64);
-    impl DiskView for Failing<'_> {
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-            if offset + buf.len() as u64 > self.1 {
-                bail!("injected read error at {offset}");
-            }
-            self.0.read_at(buf, offset)
-        }
-        fn data_extents(&self) -> Result<Vec<Range<u64>>> {
-            Ok(std::iter::once(0..self.len()).collect())
-        }
-    }
-
     #[test]
     fn read_errors_stop_the_workers() {
         let dir = tempfile::tempdir().unwrap();
         let fx = fixture(dir.path(), 32 * MIB);
         let view = FileView::open(&fx.base).unwrap();
         let out = dir.path().join("fail.zst");
-        let f = Failing(&view, 9 * MIB);
+        let f = Loose(&view, 9 * MIB);
         let err = compress_view_chunked(Compressor::Zstd, 3, MIB as usize, &f, &out, 3, &|_| {})
             .unwrap_err();
         let msg = format!("{err:#}");

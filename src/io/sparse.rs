@@ -8,7 +8,7 @@ use super::compress::Written;
 use super::view::DiskView;
 use anyhow::{anyhow, Context, Result};
 use sha2::{Digest, Sha256};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -242,13 +242,7 @@ fn write_sparse_inner(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Written> {
     let len = view.len();
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(out)
-        .context("creating the output file")?;
-    file.set_len(len).context("sizing the output file")?;
+    let file = crate::io::create_sized(out, len)?;
 
     let pool = BufPool::new(IO_BLOCK, IO_BUFFERS);
     let hasher = HashThread::spawn(pool.clone(), IO_BUFFERS)?;
