@@ -160,7 +160,9 @@ fn all_builds_every_supported_platform_once() {
     }
     // Work on the base disk's unchanged ranges is shared: metal, metal4k
     // and azure lay the disk out at the same offsets, so their compressed
-    // chunks of the root filesystem are made once.
+    // chunks of the root filesystem are made once; so are the VMDK grains
+    // of aws and vmware, and the gzip chunks of the qcow2 data clusters of
+    // qemu and openstack.
     let shared = b
         .log
         .lines()
@@ -168,6 +170,44 @@ fn all_builds_every_supported_platform_once() {
         .unwrap_or_else(|| panic!("no shared work reported:\n{}", b.log));
     let n: u64 = shared.split_whitespace().next().unwrap().parse().unwrap();
     assert!(n > 0, "{shared}");
+    let by = shared.split_once(": ").expect("per-encoding figures").1;
+    for what in ["gzip ", "vmdk grains "] {
+        let count: u64 = by
+            .split(", ")
+            .find_map(|p| p.strip_prefix(what))
+            .unwrap_or_else(|| panic!("no {what:?} reuse in {shared}"))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(count > 0, "{shared}");
+    }
+    // qemu and openstack differ in their boot filesystem only: their qcow2
+    // files hold the base disk's clusters at the same offsets, right after
+    // the header cluster, so those bytes can be compressed once.
+    let (openstack, _) = disk_of("openstack");
+    let qemu = b.root.join("disks/qemu.qcow2");
+    sh(&format!(
+        "gzip -dc '{}' > '{}'",
+        artifact("qemu").display(),
+        qemu.display()
+    ));
+    let (q, o) = (
+        std::fs::read(&qemu).unwrap(),
+        std::fs::read(&openstack).unwrap(),
+    );
+    let same = q
+        .iter()
+        .zip(&o)
+        .skip(64 << 10)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        same >= 16 << 20,
+        "qemu and openstack qcow2 share only {same} bytes after the header"
+    );
+    assert!(q != o, "qemu and openstack differ somewhere");
     // The release's pinned AMIs are recorded.
     let amis = b.meta["amis"].as_array().expect("amis");
     assert_eq!(amis.len(), 2, "{amis:?}");

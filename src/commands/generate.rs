@@ -159,9 +159,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     crate::stream::write_stream(&a.output, &st)?;
     let (chunks, bytes) = b.chunks.reused();
     if chunks > 0 {
+        let by: Vec<String> = (b.chunks.reused_by().iter())
+            .map(|(what, n, bytes)| format!("{what} {n} ({} MiB)", bytes >> 20))
+            .collect();
         reporter.note(&format!(
-            "shared work: {chunks} compressed chunks ({} MiB of disk) reused between platforms instead of compressed again",
-            bytes >> 20
+            "shared work: {chunks} encoded chunks ({} MiB of disk) reused between platforms instead of encoded again: {}",
+            bytes >> 20,
+            by.join(", ")
         ));
     }
     drop(b);
@@ -711,10 +715,24 @@ impl Builder<'_> {
             // qcow2, vmdk, vhd: encoded, then compressed when asked.
             _ if art.compressed => {
                 let enc = self.work.join(format!("{}.{extension}", art.platform));
-                self.encode(extension, art, &view, &enc, &prog)?;
+                let shared = self.encode(extension, art, &view, &enc, &prog)?;
                 let ev = FileView::open(&enc)?;
-                let w =
-                    compress::compress_view(kind, level, &ev, tmp.path(), self.threads, &|_| {})?;
+                // The encoded file's shared bytes (a qcow2's base clusters)
+                // are compressed once for every platform that has them.
+                let tagged = shared.map(|s| crate::io::view::Tagged {
+                    inner: &ev,
+                    range: s.range,
+                    tag: s.tag,
+                });
+                let w = compress::compress_view_cached(
+                    kind,
+                    level,
+                    tagged.as_ref().map_or(&ev as &dyn DiskView, |t| t),
+                    tmp.path(),
+                    self.threads,
+                    &|_| {},
+                    Some(&self.chunks),
+                )?;
                 std::fs::remove_file(&enc).ok();
                 written_entry(&art.file, &w, true)
             }
@@ -732,7 +750,9 @@ impl Builder<'_> {
 }
 
 impl Builder<'_> {
-    /// Write `view` in a platform's format (uncompressed) to `out`.
+    /// Write `view` in a platform's format (uncompressed) to `out`. Returns
+    /// the bytes of the output that other platforms' outputs share, if the
+    /// format places them at fixed offsets (qcow2).
     fn encode(
         &self,
         extension: &str,
@@ -740,11 +760,13 @@ impl Builder<'_> {
         view: &dyn DiskView,
         out: &Path,
         prog: &(dyn Fn(u64) + Sync),
-    ) -> Result<()> {
+    ) -> Result<Option<crate::formats::qcow2::SharedRegion>> {
         let img = &self.os.config.image;
         match extension {
             "qcow2" => {
-                crate::formats::qcow2::write_qcow2_file(view, out)?;
+                let stats = crate::formats::qcow2::write_qcow2_file(view, out)?;
+                prog(view.len());
+                return Ok(stats.shared);
             }
             "vmdk" => {
                 let name = art.file.trim_end_matches(&format!(
@@ -755,7 +777,14 @@ impl Builder<'_> {
                     extent_name: Some(name.to_string()),
                     ..Default::default()
                 };
-                crate::formats::vmdk::write_vmdk(view, out, &opts, self.threads, prog)?;
+                crate::formats::vmdk::write_vmdk_cached(
+                    view,
+                    out,
+                    &opts,
+                    self.threads,
+                    prog,
+                    Some(&self.chunks),
+                )?;
             }
             "vhd" => {
                 crate::formats::vhd::write_vhd(view, out, prog)?;
@@ -768,14 +797,21 @@ impl Builder<'_> {
                     img.vmware_secure_boot.value,
                     self.plan.version.clone(),
                 );
-                crate::formats::ova::write_ova(view, out, &p, self.threads, prog)?;
+                crate::formats::ova::write_ova_cached(
+                    view,
+                    out,
+                    &p,
+                    self.threads,
+                    prog,
+                    Some(&self.chunks),
+                )?;
             }
             "tar.gz" => {
                 crate::formats::gcp::write_gcp_tar_gz(view, out, self.threads, prog)?;
             }
             other => bail!("no encoder for .{other}"),
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The OS container as an OCI archive (cosa's `images.ostree`).

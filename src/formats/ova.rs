@@ -25,7 +25,8 @@
 //!   Ignition properties read through the `com.vmware.guestInfo` transport.
 //!   Within each `Item` the `rasd:` elements are in the alphabetical order
 //!   the CIM RASD schema's sequence requires.
-use super::vmdk::{write_vmdk, VmdkOptions, VmdkStats};
+use super::vmdk::{write_vmdk_cached, VmdkOptions, VmdkStats};
+use crate::io::compress::ChunkCache;
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
 use sha2::{Digest, Sha256};
@@ -194,8 +195,22 @@ pub fn write_ova(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<OvaStats> {
+    write_ova_cached(view, out, p, threads, progress, None)
+}
+
+/// [`write_ova`], its VMDK's grains reused from and added to `cache` (see
+/// [`super::vmdk::write_vmdk_cached`]).
+pub fn write_ova_cached(
+    view: &dyn DiskView,
+    out: &Path,
+    p: &OvaParams,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+    cache: Option<&ChunkCache>,
+) -> Result<OvaStats> {
     p.validate()?;
-    write(view, out, p, threads, progress).with_context(|| format!("writing OVA {}", out.display()))
+    write(view, out, p, threads, progress, cache)
+        .with_context(|| format!("writing OVA {}", out.display()))
 }
 
 fn write(
@@ -204,6 +219,7 @@ fn write(
     p: &OvaParams,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
+    cache: Option<&ChunkCache>,
 ) -> Result<OvaStats> {
     let dir = match out.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -219,7 +235,7 @@ fn write(
         extent_name: Some(VMDK_NAME.into()),
         ..p.vmdk.clone()
     };
-    let vs = write_vmdk(view, tmp.path(), &vmdk_opts, threads, progress)?;
+    let vs = write_vmdk_cached(view, tmp.path(), &vmdk_opts, threads, progress, cache)?;
     ensure!(
         vs.file_size <= USTAR_MAX_SIZE,
         "the VMDK is {} bytes, more than a ustar member can hold",

@@ -7,14 +7,18 @@
 //! Layout of the output, in host clusters of [`CLUSTER_SIZE`] bytes:
 //!
 //! ```text
-//! [header] [data clusters, in guest order] [L2 tables] [L1 table]
-//! [refcount table] [refcount blocks]
+//! [header] [shared data clusters] [other data clusters] [L2 tables]
+//! [L1 table] [refcount table] [refcount blocks]
 //! ```
 //!
 //! The source is read once: data clusters are streamed out right after the
-//! header cluster while their guest cluster numbers are remembered (8 bytes
-//! per data cluster); the metadata follows once the data count is known and
-//! the header is written last. Every cluster of the file is in use exactly
+//! header cluster while their guest cluster numbers are remembered (16
+//! bytes per data cluster); the metadata follows once the data count is
+//! known and the header is written last. Clusters of ranges the view
+//! declares shared (the unchanged base disk under a platform's patches)
+//! come first, each group in guest order, so that every platform over one
+//! base holds them at the same file offsets ([`SharedRegion`]) and a
+//! compressor can reuse its chunks of them. Every cluster of the file is in use exactly
 //! once, so all refcounts are 1 and the refcount blocks are trivial.
 use crate::io::sparse::{clamped_extents, is_zero};
 use crate::io::view::{DiskView, FileView};
@@ -66,7 +70,7 @@ const READ_BATCH_CLUSTERS: u64 = 16;
 const WRITE_BUFFER_BYTES: usize = 4 << 20;
 
 /// What [`write_qcow2`] produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Qcow2Stats {
     /// Guest-visible disk size in bytes (the header's `size`).
     pub virtual_size: u64,
@@ -74,6 +78,21 @@ pub struct Qcow2Stats {
     pub data_clusters: u64,
     /// Size of the qcow2 file in bytes.
     pub file_size: u64,
+    /// Where the file holds the view's shared clusters, if any.
+    pub shared: Option<SharedRegion>,
+}
+
+/// The bytes of a qcow2 file that hold clusters the view declared shared
+/// ([`DiskView::shared_tag`]). They come right after the header cluster,
+/// in guest order, so two images over the same base with patches at the
+/// same places hold them at the same offsets, and the same `tag` says so:
+/// an encoder may then reuse its work on them between the two files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRegion {
+    pub range: std::ops::Range<u64>,
+    /// A hash of every shared cluster's guest number and shared tag: equal
+    /// tags mean equal bytes in `range`.
+    pub tag: u64,
 }
 
 /// Where the metadata goes, computed once the data cluster count is known.
@@ -194,11 +213,15 @@ pub fn write_qcow2<W: Write + Seek>(src: &dyn DiskView, out: &mut W) -> Result<Q
     w.write_all(&[0u8; CLUSTER_SIZE as usize])
         .context("writing qcow2 header cluster")?;
 
-    let guest = copy_data_clusters(src, &mut w)?;
-    let data_clusters = guest.len() as u64;
-    let l2_tables = count_l2_tables(&guest);
+    let data = copy_data_clusters(src, &mut w)?;
+    let map = data.map();
+    let data_clusters = map.len() as u64;
+    debug_assert!(map
+        .last()
+        .map_or(true, |&(g, _)| g < virtual_size.div_ceil(CLUSTER_SIZE)));
+    let l2_tables = count_l2_tables(&map);
     let layout = Layout::new(virtual_size, data_clusters, l2_tables);
-    write_metadata(&mut w, &layout, &guest)?;
+    write_metadata(&mut w, &layout, &map)?;
 
     w.seek(SeekFrom::Start(0))
         .context("seeking back to the qcow2 header")?;
@@ -210,17 +233,23 @@ pub fn write_qcow2<W: Write + Seek>(src: &dyn DiskView, out: &mut W) -> Result<Q
         virtual_size,
         data_clusters,
         file_size: layout.total_clusters * CLUSTER_SIZE,
+        shared: (!data.shared.is_empty()).then(|| SharedRegion {
+            range: CLUSTER_SIZE..(1 + data.shared.len() as u64) * CLUSTER_SIZE,
+            tag: data.tag,
+        }),
     };
     tracing::debug!(?stats, ?layout, "wrote qcow2");
     Ok(stats)
 }
 
-/// Stream every non-zero guest cluster within the view's data extents to
-/// `w` (host clusters 1, 2, ... in guest order) and return their guest
-/// cluster numbers.
-fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<Vec<u64>> {
-    let len = src.len();
-    let mut guest = Vec::new();
+/// Call `f(cluster, bytes)` for every non-zero guest cluster within the
+/// view's data extents for which `pick(cluster)` holds, in guest order.
+/// Clusters not picked are never read.
+fn for_each_cluster(
+    src: &dyn DiskView,
+    pick: &dyn Fn(u64) -> bool,
+    f: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
     let mut buf = vec![0u8; (READ_BATCH_CLUSTERS * CLUSTER_SIZE) as usize];
     // First guest cluster not yet looked at.
     let mut next = 0u64;
@@ -229,7 +258,15 @@ fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<Vec<u64
         let mut c = (r.start / CLUSTER_SIZE).max(next);
         while c < end {
             crate::util::cancel::check()?;
-            let n = (end - c).min(READ_BATCH_CLUSTERS);
+            if !pick(c) {
+                c += 1;
+                continue;
+            }
+            // A run of picked clusters, at most one batch long.
+            let mut n = 1;
+            while n < READ_BATCH_CLUSTERS && c + n < end && pick(c + n) {
+                n += 1;
+            }
             let pos = c * CLUSTER_SIZE;
             // The last cluster may be partial: the view reads zeros past its end.
             let chunk = &mut buf[..(n * CLUSTER_SIZE) as usize];
@@ -237,31 +274,73 @@ fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<Vec<u64
                 .with_context(|| format!("reading the disk at offset {pos}"))?;
             for (i, cluster) in chunk.chunks_exact(CLUSTER_SIZE as usize).enumerate() {
                 if !is_zero(cluster) {
-                    w.write_all(cluster).with_context(|| {
-                        format!(
-                            "writing qcow2 data cluster for guest cluster {}",
-                            c + i as u64
-                        )
-                    })?;
-                    guest.push(c + i as u64);
+                    f(c + i as u64, cluster)?;
                 }
             }
             c += n;
         }
         next = next.max(end);
     }
-    // Bound check for the L2 tables: nothing past the virtual size.
-    debug_assert!(guest
-        .last()
-        .map_or(true, |&g| g < len.div_ceil(CLUSTER_SIZE)));
-    Ok(guest)
+    Ok(())
+}
+
+/// Data clusters as stored: guest cluster numbers in host order, the
+/// shared ones (see [`Qcow2Stats::shared`]) first.
+struct DataClusters {
+    shared: Vec<u64>,
+    own: Vec<u64>,
+    /// Identifies the shared clusters' content (see [`SharedRegion::tag`]).
+    tag: u64,
+}
+
+impl DataClusters {
+    /// `(guest cluster, host cluster)` of every data cluster, sorted by guest.
+    fn map(&self) -> Vec<(u64, u64)> {
+        let first_own = 1 + self.shared.len() as u64;
+        let mut v: Vec<(u64, u64)> = (self.shared.iter().enumerate())
+            .map(|(i, &g)| (g, 1 + i as u64))
+            .chain((self.own.iter().enumerate()).map(|(i, &g)| (g, first_own + i as u64)))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Stream every non-zero guest cluster within the view's data extents to
+/// `w` (host clusters 1, 2, ...): first those the view declares shared
+/// ([`DiskView::shared_tag`]), then the others, each in guest order.
+fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<DataClusters> {
+    use std::hash::{Hash, Hasher};
+    let len = src.len();
+    let tag_of = |c: u64| src.shared_tag(c * CLUSTER_SIZE..((c + 1) * CLUSTER_SIZE).min(len));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut shared = Vec::new();
+    for_each_cluster(src, &|c| tag_of(c).is_some(), &mut |c, bytes| {
+        w.write_all(bytes)
+            .with_context(|| format!("writing qcow2 data cluster for guest cluster {c}"))?;
+        (c, tag_of(c)).hash(&mut hasher);
+        shared.push(c);
+        Ok(())
+    })?;
+    let mut own = Vec::new();
+    for_each_cluster(src, &|c| tag_of(c).is_none(), &mut |c, bytes| {
+        w.write_all(bytes)
+            .with_context(|| format!("writing qcow2 data cluster for guest cluster {c}"))?;
+        own.push(c);
+        Ok(())
+    })?;
+    Ok(DataClusters {
+        shared,
+        own,
+        tag: hasher.finish(),
+    })
 }
 
 /// Number of distinct L2 tables needed to map the (sorted) guest clusters.
-fn count_l2_tables(guest: &[u64]) -> u64 {
+fn count_l2_tables(map: &[(u64, u64)]) -> u64 {
     let mut n = 0;
     let mut last = None;
-    for &g in guest {
+    for &(g, _) in map {
         let l1 = g / L2_ENTRIES;
         if last != Some(l1) {
             n += 1;
@@ -273,23 +352,27 @@ fn count_l2_tables(guest: &[u64]) -> u64 {
 
 /// Write L2 tables, L1 table, refcount table and refcount blocks, in that
 /// order, starting right after the data clusters.
-fn write_metadata<W: Write>(w: &mut W, layout: &Layout, guest: &[u64]) -> Result<()> {
+fn write_metadata<W: Write>(w: &mut W, layout: &Layout, map: &[(u64, u64)]) -> Result<()> {
     let mut table = vec![0u8; CLUSTER_SIZE as usize];
     let set = |table: &mut [u8], index: u64, value: u64| {
         let i = (index * TABLE_ENTRY_BYTES) as usize;
         table[i..i + TABLE_ENTRY_BYTES as usize].copy_from_slice(&value.to_be_bytes());
     };
 
-    // L2 tables: host data cluster k (from 0) sits at host cluster 1 + k.
+    // L2 tables, from the (guest, host) cluster map.
     let mut l1 = vec![0u64; layout.l1_entries as usize];
     let mut l2_host = layout.l2_first;
     let mut k = 0usize;
-    while k < guest.len() {
-        let l1_index = guest[k] / L2_ENTRIES;
+    while k < map.len() {
+        let l1_index = map[k].0 / L2_ENTRIES;
         table.fill(0);
-        while k < guest.len() && guest[k] / L2_ENTRIES == l1_index {
-            let host = (1 + k as u64) * CLUSTER_SIZE;
-            set(&mut table, guest[k] % L2_ENTRIES, host | ENTRY_COPIED);
+        while k < map.len() && map[k].0 / L2_ENTRIES == l1_index {
+            let (guest, host) = map[k];
+            set(
+                &mut table,
+                guest % L2_ENTRIES,
+                (host * CLUSTER_SIZE) | ENTRY_COPIED,
+            );
             k += 1;
         }
         w.write_all(&table)
@@ -679,5 +762,45 @@ mod tests {
             .status()
             .unwrap();
         assert_eq!(st.code(), Some(1), "compare must see the patch");
+    }
+
+    #[test]
+    fn shared_clusters_sit_at_the_same_offsets_in_every_image() {
+        use crate::io::sparse::{test_support, write_sparse};
+        use crate::io::view::{Composite, Patch};
+        let dir = tempfile::tempdir().unwrap();
+        let fx = test_support::fixture(dir.path(), 24 * MIB);
+        // A second patch at the same place with more data in it: its image
+        // has more clusters of its own, but the shared ones do not move.
+        let other = dir.path().join("other.bin");
+        std::fs::write(&other, vec![0x5a; MIB as usize]).unwrap();
+        let base = FileView::open(&fx.base).unwrap();
+        let mut images = Vec::new();
+        for (i, p) in [&fx.patch, &other].into_iter().enumerate() {
+            let patch = Patch::from_file(p, 2 * MIB, MIB).unwrap();
+            let c = Composite::new(&base, 64 * MIB, vec![patch])
+                .unwrap()
+                .shared(1);
+            let qcow2 = dir.path().join(format!("{i}.qcow2"));
+            let stats = write_qcow2_file(&c, &qcow2).unwrap();
+            let raw = dir.path().join(format!("{i}.raw"));
+            write_sparse(&c, &raw, &|_| {}).unwrap();
+            verify(&raw, &qcow2, 64 * MIB, &stats);
+            images.push((std::fs::read(&qcow2).unwrap(), stats));
+        }
+        let (a, sa) = &images[0];
+        let (b, sb) = &images[1];
+        assert_ne!(sa.data_clusters, sb.data_clusters);
+        let (ra, rb) = (sa.shared.clone().unwrap(), sb.shared.clone().unwrap());
+        assert_eq!(ra, rb, "same shared region and tag");
+        assert_eq!(ra.range.start, CLUSTER_SIZE);
+        let r = ra.range.start as usize..ra.range.end as usize;
+        assert!(r.len() >= 4 * CLUSTER_SIZE as usize, "{r:?}");
+        assert!(a[r.clone()] == b[r.clone()], "shared bytes are equal");
+        assert!(a[r.end..] != b[r.end..], "the rest differs");
+        // A view that declares nothing shared has no shared region.
+        let plain = Composite::new(&base, 64 * MIB, vec![]).unwrap();
+        let stats = write_qcow2_file(&plain, &dir.path().join("plain.qcow2")).unwrap();
+        assert_eq!(stats.shared, None);
     }
 }

@@ -36,6 +36,7 @@
 //! - The descriptor's CID is derived from the grain tables and directory
 //!   (unless given), so the same input gives the same file; it is written
 //!   last, with one seek back to sector 1.
+use crate::io::compress::{CacheKey, ChunkCache, Codec};
 use crate::io::sparse::{clamped_extents, is_zero, BufPool};
 use crate::io::view::DiskView;
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -233,6 +234,20 @@ pub fn write_vmdk(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<VmdkStats> {
+    write_vmdk_cached(view, out, opts, threads, progress, None)
+}
+
+/// [`write_vmdk`], reusing and filling `cache` for the view's shared ranges
+/// ([`DiskView::shared_tag`]). The output is byte-identical to
+/// [`write_vmdk`]'s.
+pub fn write_vmdk_cached(
+    view: &dyn DiskView,
+    out: &Path,
+    opts: &VmdkOptions,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+    cache: Option<&ChunkCache>,
+) -> Result<VmdkStats> {
     write_vmdk_checked(
         view,
         out,
@@ -240,10 +255,12 @@ pub fn write_vmdk(
         threads,
         progress,
         &crate::util::cancel::check,
+        cache,
     )
 }
 
-/// [`write_vmdk`] with the cancellation check as a parameter (for tests).
+/// [`write_vmdk_cached`] with the cancellation check as a parameter (for
+/// tests).
 fn write_vmdk_checked(
     view: &dyn DiskView,
     out: &Path,
@@ -251,6 +268,7 @@ fn write_vmdk_checked(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
     check: &(dyn Fn() -> Result<()> + Sync),
+    cache: Option<&ChunkCache>,
 ) -> Result<VmdkStats> {
     let extent_name = match &opts.extent_name {
         Some(n) => n.clone(),
@@ -263,8 +281,17 @@ fn write_vmdk_checked(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    run(view, out, opts, &extent_name, threads, progress, check)
-        .with_context(|| format!("writing VMDK image {}", out.display()))
+    run(
+        view,
+        out,
+        opts,
+        &extent_name,
+        threads,
+        progress,
+        check,
+        cache,
+    )
+    .with_context(|| format!("writing VMDK image {}", out.display()))
 }
 
 /// Sizes derived from the capacity.
@@ -458,6 +485,8 @@ struct Job<'a> {
     cursor: AtomicUsize,
     pool: Arc<BufPool>,
     abort: AtomicBool,
+    /// Packed chunks shared with other outputs over the same base.
+    cache: Option<&'a ChunkCache>,
 }
 
 impl Job<'_> {
@@ -482,7 +511,53 @@ impl Job<'_> {
         }
     }
 
+    /// [`Job::pack_fresh`], through the chunk cache when the chunk's range
+    /// is shared: a grain's bytes (its marker holds its guest LBA) depend
+    /// only on its content, position and the level, so a chunk packed for
+    /// another output over the same base is reused as it is.
     fn pack(&self, chunk: u64, mut buf: Vec<u8>, z: &mut Compress) -> Result<Done> {
+        let off = chunk * CHUNK_GRAINS * GRAIN_SIZE;
+        let n = (self.view.len() - off).min(CHUNK_BYTES as u64) as usize;
+        let key = self.cache.and_then(|_| {
+            Some(CacheKey {
+                tag: self.view.shared_tag(off..off + n as u64)?,
+                codec: Codec::VmdkGrains,
+                level: self.level,
+                chunk: CHUNK_BYTES,
+                offset: off,
+                len: n,
+            })
+        });
+        let (Some(cache), Some(key)) = (self.cache, key) else {
+            return self.pack_fresh(chunk, buf, z);
+        };
+        let hit = match cache.get(&key) {
+            Ok(h) => h,
+            Err(e) => {
+                self.pool.put(buf);
+                return Err(e);
+            }
+        };
+        if let Some(bytes) = hit {
+            return match unpack_cached(&bytes, &mut buf[CHUNK_BYTES..]) {
+                Ok((used, grains)) => Ok(Done { buf, used, grains }),
+                Err(e) => {
+                    self.pool.put(buf);
+                    Err(e)
+                }
+            };
+        }
+        let done = self.pack_fresh(chunk, buf, z)?;
+        let out = &done.buf[CHUNK_BYTES..CHUNK_BYTES + done.used];
+        if let Err(e) = cache.put(key, &pack_cached(&done.grains, out)) {
+            self.pool.put(done.buf);
+            return Err(e);
+        }
+        Ok(done)
+    }
+
+    /// Read chunk `chunk` and compress its non-zero grains into `buf`.
+    fn pack_fresh(&self, chunk: u64, mut buf: Vec<u8>, z: &mut Compress) -> Result<Done> {
         let first = chunk * CHUNK_GRAINS;
         let grains = (self.geo.grains - first).min(CHUNK_GRAINS);
         let off = first * GRAIN_SIZE;
@@ -520,6 +595,39 @@ impl Job<'_> {
             grains: stored,
         })
     }
+}
+
+/// A packed chunk as the cache keeps it: the grain count (u32 LE), then
+/// `(grain, sector)` pairs (u64 LE each), then the packed bytes.
+fn pack_cached(grains: &[(u64, u64)], packed: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + 16 * grains.len() + packed.len());
+    v.extend_from_slice(&(grains.len() as u32).to_le_bytes());
+    for &(g, rel) in grains {
+        v.extend_from_slice(&g.to_le_bytes());
+        v.extend_from_slice(&rel.to_le_bytes());
+    }
+    v.extend_from_slice(packed);
+    v
+}
+
+/// The inverse of [`pack_cached`]: copy the packed bytes to `out`; return
+/// their length and the grain list.
+fn unpack_cached(bytes: &[u8], out: &mut [u8]) -> Result<(usize, Vec<(u64, u64)>)> {
+    let bad = || anyhow!("a cached VMDK chunk is malformed");
+    let count = u32::from_le_bytes(bytes.get(..4).ok_or_else(bad)?.try_into()?) as usize;
+    let table = bytes.get(4..4 + 16 * count).ok_or_else(bad)?;
+    let grains = table
+        .chunks_exact(16)
+        .map(|e| {
+            let g = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+            let rel = u64::from_le_bytes(e[8..].try_into().expect("8 bytes"));
+            (g, rel)
+        })
+        .collect();
+    let packed = &bytes[4 + 16 * count..];
+    ensure!(packed.len() <= out.len(), bad());
+    out[..packed.len()].copy_from_slice(packed);
+    Ok((packed.len(), grains))
 }
 
 /// Store one grain at the start of `out`: marker (`lba`, compressed size),
@@ -560,6 +668,7 @@ impl Drop for Stop<'_, '_> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     view: &dyn DiskView,
     out: &Path,
@@ -568,6 +677,7 @@ fn run(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
     check: &(dyn Fn() -> Result<()> + Sync),
+    cache: Option<&ChunkCache>,
 ) -> Result<VmdkStats> {
     ensure!(
         opts.compression_level <= 9,
@@ -621,6 +731,7 @@ fn run(
         cursor: AtomicUsize::new(0),
         pool: pool.clone(),
         abort: AtomicBool::new(false),
+        cache,
     };
     std::thread::scope(|s| -> Result<()> {
         // On any return, stop the workers before the scope joins them.
@@ -1058,6 +1169,46 @@ mod tests {
     }
 
     #[test]
+    fn shared_grains_are_reused_and_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = test_support::fixture(dir.path(), 24 * MIB);
+        let base = FileView::open(&fx.base).unwrap();
+        let cache = ChunkCache::new(&dir.path().join("cache")).unwrap();
+        // Two outputs over one base, patched at different places.
+        for (i, at) in [7 * MIB, 2 * MIB].into_iter().enumerate() {
+            let patch = Patch::from_file(&fx.patch, at, MIB).unwrap();
+            let c = Composite::new(&base, 48 * MIB, vec![patch])
+                .unwrap()
+                .shared(1);
+            let plain = dir.path().join(format!("plain-{i}.vmdk"));
+            let cached = dir.path().join(format!("cached-{i}.vmdk"));
+            let opts = VmdkOptions {
+                extent_name: Some("disk.vmdk".into()),
+                ..Default::default()
+            };
+            let a = write_vmdk(&c, &plain, &opts, 2, &|_| {}).unwrap();
+            let before = cache.reused();
+            let b = write_vmdk_cached(&c, &cached, &opts, 2, &|_| {}, Some(&cache)).unwrap();
+            assert_eq!(a, b);
+            assert!(
+                std::fs::read(&plain).unwrap() == std::fs::read(&cached).unwrap(),
+                "output {i}: the cache changes nothing"
+            );
+            let after = cache.reused();
+            if i == 0 {
+                assert_eq!(after, before, "nothing to reuse in the first output");
+            } else {
+                // Base data chunks untouched by either patch: 0 (text at 0),
+                // 3 (random at 4 MiB - 5000), 8..10 and 23.
+                assert!(after.0 >= before.0 + 4, "{before:?} -> {after:?}");
+            }
+            let raw = dir.path().join(format!("c-{i}.raw"));
+            crate::io::sparse::write_sparse(&c, &raw, &|_| {}).unwrap();
+            verify(&raw, &cached, &b);
+        }
+    }
+
+    #[test]
     fn options_reach_the_descriptor() {
         let dir = tempfile::tempdir().unwrap();
         let raw = dir.path().join("disk.raw");
@@ -1135,6 +1286,7 @@ mod tests {
             2,
             &|_| {},
             &check,
+            None,
         )
         .unwrap_err();
         assert!(

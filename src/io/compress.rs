@@ -232,18 +232,49 @@ pub fn compress_view_chunked(
 pub struct ChunkCache {
     path: std::path::PathBuf,
     inner: Mutex<CacheInner>,
-    hits: AtomicUsize,
-    hit_bytes: std::sync::atomic::AtomicU64,
 }
 
 struct CacheInner {
     file: std::fs::File,
     end: u64,
     index: HashMap<CacheKey, (u64, usize)>,
+    /// Per codec: chunks reused and the input bytes they cover.
+    hits: BTreeMap<&'static str, (usize, u64)>,
 }
 
-/// (shared tag, compressor, level, chunk size, offset, length).
-type CacheKey = (u64, Compressor, u32, usize, u64, usize);
+/// What a cached chunk is an encoding of: the same input bytes encoded
+/// the same way give the same cached bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct CacheKey {
+    /// The input's shared tag ([`DiskView::shared_tag`]).
+    pub tag: u64,
+    /// The encoding: a compressor, or another encoder's own kind.
+    pub codec: Codec,
+    pub level: u32,
+    /// Chunk size the encoder cuts its input into.
+    pub chunk: usize,
+    /// Offset and length of the input chunk.
+    pub offset: u64,
+    pub len: usize,
+}
+
+/// Encoders whose chunks the [`ChunkCache`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Codec {
+    /// A gzip member, xz stream or zstd frame ([`compress_view`]).
+    Stream(Compressor),
+    /// A run of streamOptimized VMDK grains (`formats::vmdk`).
+    VmdkGrains,
+}
+
+impl Codec {
+    fn name(self) -> &'static str {
+        match self {
+            Codec::Stream(c) => c.name(),
+            Codec::VmdkGrains => "vmdk grains",
+        }
+    }
+}
 
 impl ChunkCache {
     /// A new, empty cache file at `path`.
@@ -255,15 +286,15 @@ impl ChunkCache {
                 file,
                 end: 0,
                 index: HashMap::new(),
+                hits: BTreeMap::new(),
             }),
-            hits: AtomicUsize::new(0),
-            hit_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    fn get(&self, key: &CacheKey) -> Result<Option<Vec<u8>>> {
+    /// The bytes cached under `key`, if any (counted as reused).
+    pub(crate) fn get(&self, key: &CacheKey) -> Result<Option<Vec<u8>>> {
         use std::os::unix::fs::FileExt;
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(&(at, len)) = inner.index.get(key) else {
             return Ok(None);
         };
@@ -272,12 +303,14 @@ impl ChunkCache {
             .file
             .read_exact_at(&mut v, at)
             .with_context(|| format!("reading chunk cache {}", self.path.display()))?;
-        self.hits.fetch_add(1, Ordering::Relaxed);
-        self.hit_bytes.fetch_add(key.5 as u64, Ordering::Relaxed);
+        let hit = inner.hits.entry(key.codec.name()).or_default();
+        hit.0 += 1;
+        hit.1 += key.len as u64;
         Ok(Some(v))
     }
 
-    fn put(&self, key: CacheKey, bytes: &[u8]) -> Result<()> {
+    /// Cache `bytes` under `key` (the first value put for a key stays).
+    pub(crate) fn put(&self, key: CacheKey, bytes: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner.index.contains_key(&key) {
@@ -295,10 +328,15 @@ impl ChunkCache {
 
     /// Chunks reused so far, and the input bytes they cover.
     pub fn reused(&self) -> (usize, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.hit_bytes.load(Ordering::Relaxed),
-        )
+        self.reused_by()
+            .iter()
+            .fold((0, 0), |(n, b), (_, hn, hb)| (n + hn, b + hb))
+    }
+
+    /// [`ChunkCache::reused`] per encoding (`gzip`, `vmdk grains`, ...).
+    pub fn reused_by(&self) -> Vec<(&'static str, usize, u64)> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.hits.iter().map(|(k, &(n, b))| (*k, n, b)).collect()
     }
 }
 
@@ -461,7 +499,14 @@ impl Job<'_> {
     fn shared(&self, enc: &mut Encoder, data: &[u8], off: u64) -> Result<Vec<u8>> {
         let key = self.cache.and_then(|_| {
             let tag = self.view.shared_tag(off..off + data.len() as u64)?;
-            Some((tag, self.kind, self.level, self.chunk, off, data.len()))
+            Some(CacheKey {
+                tag,
+                codec: Codec::Stream(self.kind),
+                level: self.level,
+                chunk: self.chunk,
+                offset: off,
+                len: data.len(),
+            })
         });
         let (Some(cache), Some(key)) = (self.cache, key) else {
             return enc.compress(data);

@@ -284,6 +284,30 @@ impl DiskView for Composite<'_> {
     }
 }
 
+/// A view with one range of it declared shared under `tag` (see
+/// [`DiskView::shared_tag`]): for an encoded file (a qcow2) whose encoder
+/// knows which of its bytes are the same in every output of a run.
+pub struct Tagged<'a> {
+    pub inner: &'a dyn DiskView,
+    pub range: Range<u64>,
+    pub tag: u64,
+}
+
+impl DiskView for Tagged<'_> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn data_extents(&self) -> Result<Vec<Range<u64>>> {
+        self.inner.data_extents()
+    }
+    fn shared_tag(&self, r: Range<u64>) -> Option<u64> {
+        (r.start >= self.range.start && r.end <= self.range.end).then_some(self.tag)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
