@@ -15,6 +15,8 @@ PKGS=(
   linux-image-amd64 busybox-static zstd xz-utils pigz kmod
   # boot tests
   qemu-system-x86 qemu-utils ovmf seabios ipxe-qemu
+  # kvm and nokvm backends: the VM appliance
+  supermin
   # validation tools used by tests
   libxml2-utils jq file
   # build deps for the crate

@@ -56,7 +56,7 @@ pub struct PlanOs {
     pub kernel: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PlanDisk {
     /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
     pub content_bytes: u64,

@@ -1,6 +1,8 @@
 //! Backends decide where the privileged disk steps run. `loopback` runs them
-//! on this host with loop devices and mounts.
+//! on this host with loop devices and mounts; `kvm` and `nokvm` inside a
+//! throw-away VM ([`vm`]).
 pub mod loopback;
+pub mod vm;
 
 use crate::cli::Backend;
 use anyhow::{bail, Result};
@@ -45,20 +47,53 @@ pub fn loopback_missing() -> Option<String> {
 
 /// Resolve `--backend`.
 pub fn choose(b: Backend) -> Result<Chosen> {
-    match (b, loopback_missing()) {
-        (Backend::Loopback | Backend::Auto, None) => Ok(Chosen {
-            name: "loopback",
-            reason: if b == Backend::Auto {
-                "auto: running as root with loop devices".into()
-            } else {
-                "--backend loopback".into()
-            },
-        }),
-        (Backend::Loopback, Some(why)) => {
-            bail!("--backend loopback cannot run here: {why}")
+    let vm_missing = vm::missing;
+    match b {
+        Backend::Loopback => match loopback_missing() {
+            None => Ok(Chosen {
+                name: "loopback",
+                reason: "--backend loopback".into(),
+            }),
+            Some(why) => bail!(
+                "--backend loopback cannot run here: {why}; --backend nokvm needs no privileges"
+            ),
+        },
+        Backend::Kvm => match vm_missing(true) {
+            None => Ok(Chosen {
+                name: "kvm",
+                reason: "--backend kvm".into(),
+            }),
+            Some(why) => bail!(
+                "--backend kvm cannot run here: {why}; use --backend nokvm, or give this user access to /dev/kvm (the kvm group)"
+            ),
+        },
+        Backend::Nokvm => match vm_missing(false) {
+            None => Ok(Chosen {
+                name: "nokvm",
+                reason: "--backend nokvm".into(),
+            }),
+            Some(why) => bail!("--backend nokvm cannot run here: {why}"),
+        },
+        Backend::Auto => {
+            let Some(no_loop) = loopback_missing() else {
+                return Ok(Chosen {
+                    name: "loopback",
+                    reason: "auto: running as root with loop devices".into(),
+                });
+            };
+            if let Some(no_vm) = vm_missing(false) {
+                bail!("no backend can run here: the loopback backend cannot because {no_loop}, and the VM backends cannot because {no_vm}");
+            }
+            match vm_missing(true) {
+                None => Ok(Chosen {
+                    name: "kvm",
+                    reason: format!("auto: the loopback backend cannot run ({no_loop}); /dev/kvm is usable"),
+                }),
+                Some(no_kvm) => Ok(Chosen {
+                    name: "nokvm",
+                    reason: format!("auto: the loopback backend cannot run ({no_loop}) and {no_kvm}: emulating the VM (slow)"),
+                }),
+            }
         }
-        (Backend::Auto, Some(why)) => bail!(
-            "no backend can run here: the loopback backend is the only one in this version and {why}; run as root on a host with loop devices"
-        ),
     }
 }

@@ -45,16 +45,33 @@ pub enum Command {
     Generate(GenerateArgs),
     /// List the platforms, their artifacts and formats.
     Platforms(PlatformsArgs),
+    /// Run a disk job inside the backend VM (internal).
+    #[command(hide = true)]
+    VmJob(VmJobArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VmJobArgs {
+    /// The job file the host wrote.
+    pub job: PathBuf,
+    /// Where to write the result (JSON).
+    pub result: PathBuf,
 }
 
 /// Where the privileged disk steps run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// loopback when running as root with loop devices, else explain what is missing.
+    /// loopback when running as root with loop devices, else kvm when
+    /// /dev/kvm is usable, else nokvm.
     Auto,
     /// On this host, with loop devices and mounts (needs root).
     Loopback,
+    /// Inside a throw-away VM with KVM acceleration (needs /dev/kvm, no root).
+    Kvm,
+    /// Inside a throw-away VM under pure emulation (TCG): slow, needs
+    /// neither root nor KVM.
+    Nokvm,
 }
 
 /// How progress is reported on stderr.
@@ -80,9 +97,13 @@ pub struct GenerateArgs {
     /// Output directory (created if missing).
     #[arg(short, long, value_name = "DIR", default_value = "bootimages")]
     pub output: PathBuf,
-    /// Where the privileged disk steps run.
+    /// Where the privileged disk steps run (partitioning, mkfs, deployment,
+    /// bootloaders, boot filesystem edits). Fetching, importing, encoding
+    /// and compressing always run on this host, unprivileged.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
+    #[command(flatten)]
+    pub vm: VmArgs,
     /// Compression of the metal and qemu artifacts: none, gzip, xz or zstd.
     /// Default: the OS's image.json `compressor` (gzip for RHCOS).
     #[arg(long, value_name = "KIND")]
@@ -110,6 +131,21 @@ pub struct GenerateArgs {
     /// Worker threads for encoding and compression (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+}
+
+/// The VM of the kvm and nokvm backends.
+#[derive(Debug, Clone, Args)]
+pub struct VmArgs {
+    /// Memory of the backend VM, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 2048)]
+    pub vm_memory: u32,
+    /// CPUs of the backend VM (default: this host's, at most 4).
+    #[arg(long, value_name = "N")]
+    pub vm_cpus: Option<u32>,
+    /// Stop the backend VM when it shows no sign of life for this many
+    /// seconds (nested KVM can start and then hang).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub vm_watchdog: u64,
 }
 
 /// Where the release comes from and how to reach it.

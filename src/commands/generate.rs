@@ -1,16 +1,10 @@
 //! `generate`: validate, plan, import, build the base disk once, derive and
 //! encode each platform, publish atomically with meta.json and SHA256SUMS.
 use super::input::{self, Input};
-use crate::backend::{
-    self,
-    loopback::{LoopDevice, Mounted},
-};
+use crate::backend;
 use crate::cli::GenerateArgs;
-use crate::disk::{
-    bios, deploy, derive, esp, gpt, grubcfg,
-    layout::{Layout, DISK_GUID, PARTITIONS},
-    mkfs,
-};
+use crate::disk::job::{BootSetting, DiskJob, DiskOutput, OS_EFI_DIR, OS_GRUB_BIOS_DIR};
+use crate::disk::{deploy, derive, layout::Layout};
 use crate::io::compress::{self, Compressor};
 use crate::io::view::{Composite, DiskView, FileView, Patch};
 use crate::meta::{self, ContainerImage, ImageEntry, Meta};
@@ -18,19 +12,10 @@ use crate::oscontainer::{OsFormat, OsInfo};
 use crate::plan::{Plan, PlanArtifact, PlanInput};
 use crate::platforms::{self, PlatformSpec};
 use crate::util::{cancel, progress::Reporter};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// FAT volume id of the ESP (SPEC 2; cosa `coreos.osbuild.x86_64.mpp.yaml`).
-pub const ESP_VOLUME_ID: u32 = 0x7B77_95E7;
-/// Where the OS ships its EFI binaries and its BIOS GRUB modules (SPEC 2).
-pub const OS_EFI_DIR: &str = "usr/lib/bootupd/updates/EFI";
-pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
-/// Every disk has the same fixed root UUID (SPEC 2) and XFS refuses to
-/// mount a second filesystem with a UUID already mounted: `nouuid` lets
-/// several builds (or a build next to a test) run at once.
-const ROOT_MOUNT_OPTIONS: &str = "rw,nouuid";
 /// [`Composite::shared`] tag of the views over this run's base disk.
 const BASE_TAG: u64 = 1;
 /// Space kept free beyond the estimates.
@@ -116,7 +101,12 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         raw_dir: a.debug_raw_dir.as_deref(),
         chunks: compress::ChunkCache::new(&work.path().join("chunks.cache"))?,
     };
-    let base = b.build_base()?;
+    let job = b.disk_job()?;
+    let out = match plan.backend.name {
+        "loopback" => job.run(&reporter)?,
+        _ => backend::vm::run(&job, &a.vm, plan.backend.name, &loaded.cache.dir, &reporter)?,
+    };
+    let base = Base::open(out, job.disk.metal_size)?;
     let mut m = new_meta;
     for art in &plan.artifacts {
         cancel::check()?;
@@ -424,9 +414,24 @@ pub struct Base {
     path: PathBuf,
     file: File,
     layout: Layout,
-    entries: Vec<(PathBuf, grubcfg::BlsEntry)>,
     /// The 4K-sector ESP, built when metal4k is planned.
     esp4k: Option<PathBuf>,
+    /// Boot filesystem image per [`BootSetting::key`].
+    boots: std::collections::BTreeMap<String, PathBuf>,
+}
+
+impl Base {
+    fn open(out: DiskOutput, metal_size: u64) -> Result<Self> {
+        let file = File::open(&out.base)
+            .with_context(|| format!("opening the base disk {}", out.base.display()))?;
+        Ok(Base {
+            path: out.base,
+            file,
+            layout: Layout::new(metal_size, 512)?,
+            esp4k: out.esp4k,
+            boots: out.boots,
+        })
+    }
 }
 
 struct Builder<'a> {
@@ -474,162 +479,29 @@ impl Builder<'_> {
         }
     }
 
-    /// GPT, filesystems, deployment, bootloaders: once per run.
-    fn build_base(&self) -> Result<Base> {
-        let d = self.plan.disk.as_ref().context("disk plan")?;
-        let step = self.r.step("base disk");
-        let path = self.work.join("base.raw");
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        file.set_len(d.metal_size)?;
-        let layout = Layout::new(d.metal_size, 512)?;
-        ensure!(
-            layout.part("root").size == d.root_size,
-            "root partition size differs from the plan"
-        );
-        gpt::write(&mut file, &layout, DISK_GUID)?;
-        let spec = |fs_label: &str| {
-            PARTITIONS
-                .iter()
-                .find(|p| p.label == fs_label)
-                .expect("table row")
-        };
-        let root_p = layout.part("root").clone();
-        let boot_p = layout.part("boot").clone();
-        let kernel = &self.os.kernel_version;
-        let root_dev = LoopDevice::attach(&path, root_p.start, root_p.size, 512)?;
-        cancel::pause_point("mkfs")?;
-        crate::util::cmd::run(&mut mkfs::command(spec("root"), root_dev.path(), kernel)?)
-            .context("making the root filesystem")?;
-        let boot_dev = LoopDevice::attach(&path, boot_p.start, boot_p.size, 512)?;
-        crate::util::cmd::run(&mut mkfs::command(spec("boot"), boot_dev.path(), kernel)?)
-            .context("making the boot filesystem")?;
-        let mnt = self.work.join("mnt");
-        let root_m = Mounted::new(root_dev, &mnt, "xfs", ROOT_MOUNT_OPTIONS)?;
-        std::fs::create_dir_all(mnt.join("boot"))?;
-        let boot_m = Mounted::new(boot_dev, &mnt.join("boot"), "ext4", "rw")?;
-        let kargs = &d.kargs;
-        let platforms_json = self.os.config.platforms.as_ref().map(|p| p.raw.as_slice());
-        let dep = deploy::deploy(
-            root_m.path(),
-            &deploy::Deploy {
-                source_repo: self.cache_repo,
-                commit: &self.os.commit,
-                osname: &self.os.osname,
-                kargs,
-                origin: self.origin(),
-                aleph: self.aleph(),
-                platforms_json,
-            },
-        )?;
-        cancel::check()?;
-        let tree = root_m.path().join(&dep.deploy_dir);
-        let boot = boot_m.path().to_path_buf();
-        let entries = derive::read_entries(&boot, &dep.entries)?;
-        // Bootloaders, from the OS tree.
-        let efi_src = tree.join(OS_EFI_DIR);
-        let vendor = esp::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
-        let stub = vec![(
-            format!("EFI/{vendor}/grub.cfg"),
-            grubcfg::efi_stub_cfg().into_bytes(),
-        )];
-        let esp_p = layout.part("EFI-SYSTEM").clone();
-        esp::build_esp(
-            &file,
-            esp_p.start,
-            esp_p.size,
-            512,
-            ESP_VOLUME_ID,
-            "EFI-SYSTEM",
-            &efi_src,
-            &stub,
-        )?;
-        let esp4k = if self.plan.artifacts.iter().any(|x| x.sector_size == 4096) {
-            let p = self.work.join("esp4k.img");
-            esp::build_esp_file(
-                &p,
-                esp_p.size,
-                4096,
-                ESP_VOLUME_ID,
-                "EFI-SYSTEM",
-                &efi_src,
-                &stub,
-            )?;
-            Some(p)
-        } else {
-            None
-        };
-        if self.plan.artifacts.iter().any(|x| x.bios) {
-            let grub = tree.join(OS_GRUB_BIOS_DIR);
-            bios::install_bios(&file, &layout, &grub, self.work)?;
-            bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
+    /// The privileged part of the build, for a backend to run.
+    fn disk_job(&self) -> Result<DiskJob> {
+        let mut boots: Vec<BootSetting> = Vec::new();
+        for art in &self.plan.artifacts {
+            let b = BootSetting::of(art);
+            if !boots.iter().any(|x| x.key() == b.key()) {
+                boots.push(b);
+            }
         }
-        boot_m.close()?;
-        root_m.close()?;
-        file.sync_all()?;
-        step.done(&format!(
-            "{} MiB disk, {} MiB of OS content, kernel {}",
-            d.metal_size >> 20,
-            d.content_bytes >> 20,
-            kernel
-        ));
-        Ok(Base {
-            path,
-            file,
-            layout,
-            entries,
-            esp4k,
+        Ok(DiskJob {
+            work: self.work.to_path_buf(),
+            cache_repo: self.cache_repo.to_path_buf(),
+            disk: self.plan.disk.clone().context("disk plan")?,
+            kernel_version: self.os.kernel_version.clone(),
+            commit: self.os.commit.clone(),
+            osname: self.os.osname.clone(),
+            platforms_json: self.os.config.platforms.as_ref().map(|p| p.raw.clone()),
+            origin: self.origin(),
+            aleph: self.aleph(),
+            esp4k: self.plan.artifacts.iter().any(|x| x.sector_size == 4096),
+            bios: self.plan.artifacts.iter().any(|x| x.bios),
+            boots,
         })
-    }
-
-    /// The boot filesystem image for `art`'s platform settings: a copy of
-    /// the base's boot partition with the platform applied. Platforms with
-    /// the same settings get the same file.
-    fn boot_image(&self, base: &Base, art: &PlanArtifact) -> Result<PathBuf> {
-        let key = crate::util::sha256_hex(
-            format!(
-                "{}\0{}\0{}",
-                art.ignition_platform_id,
-                art.kargs.join("\x01"),
-                art.grub_commands.join("\x01")
-            )
-            .as_bytes(),
-        );
-        let img = self.work.join(format!("boot-{}.img", &key[..16]));
-        if img.exists() {
-            return Ok(img);
-        }
-        let boot_p = base.layout.part("boot");
-        let part = self.work.join(format!("boot-{}.img.partial", &key[..16]));
-        drop(derive::copy_region(
-            &base.file,
-            boot_p.start,
-            boot_p.size,
-            &part,
-        )?);
-        let dev = LoopDevice::attach(&part, 0, boot_p.size, 512)?;
-        let m = Mounted::new(
-            dev,
-            &self.work.join(format!("mnt-{}", &key[..16])),
-            "ext4",
-            "rw",
-        )?;
-        derive::edit_boot(
-            m.path(),
-            &base.entries,
-            &derive::BootEdit {
-                platform_id: &art.ignition_platform_id,
-                kargs: &art.kargs,
-                grub_commands: &art.grub_commands,
-            },
-        )?;
-        m.close()?;
-        std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
-        Ok(img)
     }
 
     /// Derive, encode, compress and publish one artifact.
@@ -640,7 +512,10 @@ impl Builder<'_> {
         // The boot filesystem of this platform: derived once per distinct
         // boot setting (metal and metal4k share theirs) and kept for the run.
         let boot_p = base.layout.part("boot").clone();
-        let boot_img = self.boot_image(base, art)?;
+        let boot_img = base
+            .boots
+            .get(&BootSetting::of(art).key())
+            .with_context(|| format!("no boot filesystem was derived for {}", art.platform))?;
         // The disk as this platform sees it.
         let layout = Layout::with_root(disk_size, art.sector_size, d.root_size)?;
         let mut patches = derive::table_patches(
@@ -650,7 +525,7 @@ impl Builder<'_> {
             art.bios,
             &self.work.join(format!("table-{}.img", art.platform)),
         )?;
-        patches.push(Patch::from_file(&boot_img, boot_p.start, boot_p.size)?);
+        patches.push(Patch::from_file(boot_img, boot_p.start, boot_p.size)?);
         if art.sector_size == 4096 {
             let esp_p = base.layout.part("EFI-SYSTEM");
             let p = base.esp4k.as_ref().context("4K ESP")?;

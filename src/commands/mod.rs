@@ -13,6 +13,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Inspect(a) => inspect::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Platforms(a) => platforms::run(a),
+        Command::VmJob(a) => crate::backend::vm::job_main(a),
     }
 }
 

@@ -35,7 +35,7 @@ pub struct Deploy<'a> {
 }
 
 /// `/.coreos-aleph-version.json`: what the disk was built from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Aleph {
     pub build: String,
     #[serde(rename = "ref")]
@@ -47,7 +47,7 @@ pub struct Aleph {
     pub container_image: Option<AlephImage>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AlephImage {
     #[serde(rename = "image-name")]
     pub image_name: String,

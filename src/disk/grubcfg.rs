@@ -25,7 +25,7 @@ pub const FIRSTBOOT_STAMP: &str = "ignition.firstboot";
 const MD_BOOT: &str = "md/md-boot";
 
 /// One BLS Type #1 entry (`key value` lines).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BlsEntry {
     pub title: String,
     pub version: String,

@@ -5,5 +5,6 @@ pub mod derive;
 pub mod esp;
 pub mod gpt;
 pub mod grubcfg;
+pub mod job;
 pub mod layout;
 pub mod mkfs;

@@ -293,3 +293,47 @@ impl Drop for Registry {
         let _ = self.child.wait();
     }
 }
+
+/// A loop device detached on drop (read-only).
+pub struct Loop(pub String);
+impl Loop {
+    pub fn new(file: &Path, offset: u64, size: Option<u64>, sector: u64) -> Loop {
+        let mut c = Command::new("losetup");
+        c.args([
+            "--find",
+            "--show",
+            "--read-only",
+            &format!("--offset={offset}"),
+            &format!("--sector-size={sector}"),
+        ]);
+        if let Some(s) = size {
+            c.arg(format!("--sizelimit={s}"));
+        }
+        Loop(must(c.arg(file)))
+    }
+}
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// A read-only mount, unmounted on drop.
+pub struct Mnt(pub PathBuf, #[allow(dead_code)] Loop);
+impl Mnt {
+    pub fn new(file: &Path, offset: u64, size: u64, fstype: &str, opts: &str, at: &Path) -> Mnt {
+        let l = Loop::new(file, offset, Some(size), 512);
+        std::fs::create_dir_all(at).unwrap();
+        must(
+            Command::new("mount")
+                .args(["-t", fstype, "-o", opts, &l.0])
+                .arg(at),
+        );
+        Mnt(at.to_path_buf(), l)
+    }
+}
+impl Drop for Mnt {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}

@@ -1,0 +1,260 @@
+//! The privileged part of a build, as one serialisable job: partition the
+//! base disk, make its filesystems, deploy the OS, install the bootloaders,
+//! and derive each distinct platform's boot filesystem. A backend runs it:
+//! `loopback` right here with loop devices and mounts, `kvm`/`nokvm` inside
+//! a throw-away VM that runs this same binary over the same job (see
+//! `backend::vm`). Everything else (fetching, importing, encoding,
+//! compressing, describing) stays on the host and needs no privileges.
+use super::{
+    bios, deploy, derive, esp, gpt, grubcfg,
+    layout::{Layout, DISK_GUID, PARTITIONS},
+    mkfs,
+};
+use crate::backend::loopback::{LoopDevice, Mounted};
+use crate::plan::{PlanArtifact, PlanDisk};
+use crate::util::{cancel, progress::Reporter};
+use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// FAT volume id of the ESP (SPEC 2; cosa `coreos.osbuild.x86_64.mpp.yaml`).
+pub const ESP_VOLUME_ID: u32 = 0x7B77_95E7;
+/// Where the OS ships its EFI binaries and its BIOS GRUB modules (SPEC 2).
+pub const OS_EFI_DIR: &str = "usr/lib/bootupd/updates/EFI";
+pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
+/// Every disk has the same fixed root UUID (SPEC 2) and XFS refuses to
+/// mount a second filesystem with a UUID already mounted: `nouuid` lets
+/// several builds (or a build next to a test) run at once.
+const ROOT_MOUNT_OPTIONS: &str = "rw,nouuid";
+
+/// Everything the privileged steps need, with paths that are the same on
+/// the host and inside the VM (the VM mounts them at the same places).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiskJob {
+    /// The run's work directory: the base disk and boot images go here.
+    pub work: PathBuf,
+    /// The imported OS's ostree repository (read only).
+    pub cache_repo: PathBuf,
+    pub disk: PlanDisk,
+    /// The OS's kernel version (gates filesystem features).
+    pub kernel_version: String,
+    pub commit: String,
+    pub osname: String,
+    /// The OS's `platforms.json`, verbatim.
+    pub platforms_json: Option<Vec<u8>>,
+    /// Content of the deployment's origin file.
+    pub origin: String,
+    pub aleph: deploy::Aleph,
+    /// Build the 4K-sector ESP (metal4k planned).
+    pub esp4k: bool,
+    /// Install BIOS boot code (a BIOS-booting platform planned).
+    pub bios: bool,
+    /// The distinct platform boot settings to derive.
+    pub boots: Vec<BootSetting>,
+}
+
+/// What a platform changes on the boot filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootSetting {
+    pub platform_id: String,
+    pub kargs: Vec<String>,
+    pub grub_commands: Vec<String>,
+}
+
+impl BootSetting {
+    pub fn of(art: &PlanArtifact) -> Self {
+        BootSetting {
+            platform_id: art.ignition_platform_id.clone(),
+            kargs: art.kargs.clone(),
+            grub_commands: art.grub_commands.clone(),
+        }
+    }
+
+    /// Platforms with equal keys share one boot filesystem image.
+    pub fn key(&self) -> String {
+        let id = crate::util::sha256_hex(
+            format!(
+                "{}\0{}\0{}",
+                self.platform_id,
+                self.kargs.join("\x01"),
+                self.grub_commands.join("\x01")
+            )
+            .as_bytes(),
+        );
+        id[..16].to_string()
+    }
+}
+
+/// What the job made, in the work directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiskOutput {
+    /// The base disk (metal size, 512-byte sectors).
+    pub base: PathBuf,
+    /// The BLS entries ostree wrote, relative to the boot filesystem.
+    pub entries: Vec<(PathBuf, grubcfg::BlsEntry)>,
+    /// The 4K-sector ESP, when asked for.
+    pub esp4k: Option<PathBuf>,
+    /// Boot filesystem image per [`BootSetting::key`].
+    pub boots: BTreeMap<String, PathBuf>,
+}
+
+impl DiskJob {
+    /// Run the job with loop devices and mounts on this machine.
+    pub fn run(&self, r: &Reporter) -> Result<DiskOutput> {
+        let mut out = self.build_base(r)?;
+        for b in &self.boots {
+            cancel::check()?;
+            let img = self.boot_image(&out, b)?;
+            out.boots.insert(b.key(), img);
+        }
+        Ok(out)
+    }
+
+    /// GPT, filesystems, deployment, bootloaders.
+    fn build_base(&self, r: &Reporter) -> Result<DiskOutput> {
+        let d = &self.disk;
+        let step = r.step("base disk");
+        let path = self.work.join("base.raw");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        file.set_len(d.metal_size)?;
+        let layout = Layout::new(d.metal_size, 512)?;
+        ensure!(
+            layout.part("root").size == d.root_size,
+            "root partition size differs from the plan"
+        );
+        gpt::write(&mut file, &layout, DISK_GUID)?;
+        let spec = |fs_label: &str| {
+            PARTITIONS
+                .iter()
+                .find(|p| p.label == fs_label)
+                .expect("table row")
+        };
+        let root_p = layout.part("root").clone();
+        let boot_p = layout.part("boot").clone();
+        let kernel = &self.kernel_version;
+        let root_dev = LoopDevice::attach(&path, root_p.start, root_p.size, 512)?;
+        cancel::pause_point("mkfs")?;
+        crate::util::cmd::run(&mut mkfs::command(spec("root"), root_dev.path(), kernel)?)
+            .context("making the root filesystem")?;
+        let boot_dev = LoopDevice::attach(&path, boot_p.start, boot_p.size, 512)?;
+        crate::util::cmd::run(&mut mkfs::command(spec("boot"), boot_dev.path(), kernel)?)
+            .context("making the boot filesystem")?;
+        let mnt = self.work.join("mnt");
+        let root_m = Mounted::new(root_dev, &mnt, "xfs", ROOT_MOUNT_OPTIONS)?;
+        std::fs::create_dir_all(mnt.join("boot"))?;
+        let boot_m = Mounted::new(boot_dev, &mnt.join("boot"), "ext4", "rw")?;
+        let dep = deploy::deploy(
+            root_m.path(),
+            &deploy::Deploy {
+                source_repo: &self.cache_repo,
+                commit: &self.commit,
+                osname: &self.osname,
+                kargs: &d.kargs,
+                origin: self.origin.clone(),
+                aleph: self.aleph.clone(),
+                platforms_json: self.platforms_json.as_deref(),
+            },
+        )?;
+        cancel::check()?;
+        let tree = root_m.path().join(&dep.deploy_dir);
+        let boot = boot_m.path().to_path_buf();
+        let entries = derive::read_entries(&boot, &dep.entries)?;
+        // Bootloaders, from the OS tree.
+        let efi_src = tree.join(OS_EFI_DIR);
+        let vendor = esp::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
+        let stub = vec![(
+            format!("EFI/{vendor}/grub.cfg"),
+            grubcfg::efi_stub_cfg().into_bytes(),
+        )];
+        let esp_p = layout.part("EFI-SYSTEM").clone();
+        esp::build_esp(
+            &file,
+            esp_p.start,
+            esp_p.size,
+            512,
+            ESP_VOLUME_ID,
+            "EFI-SYSTEM",
+            &efi_src,
+            &stub,
+        )?;
+        let esp4k = if self.esp4k {
+            let p = self.work.join("esp4k.img");
+            esp::build_esp_file(
+                &p,
+                esp_p.size,
+                4096,
+                ESP_VOLUME_ID,
+                "EFI-SYSTEM",
+                &efi_src,
+                &stub,
+            )?;
+            Some(p)
+        } else {
+            None
+        };
+        if self.bios {
+            let grub = tree.join(OS_GRUB_BIOS_DIR);
+            bios::install_bios(&file, &layout, &grub, &self.work)?;
+            bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
+        }
+        boot_m.close()?;
+        root_m.close()?;
+        file.sync_all()?;
+        step.done(&format!(
+            "{} MiB disk, {} MiB of OS content, kernel {}",
+            d.metal_size >> 20,
+            d.content_bytes >> 20,
+            kernel
+        ));
+        Ok(DiskOutput {
+            base: path,
+            entries,
+            esp4k,
+            boots: BTreeMap::new(),
+        })
+    }
+
+    /// A copy of the base's boot partition with the platform setting `b`
+    /// applied.
+    fn boot_image(&self, base: &DiskOutput, b: &BootSetting) -> Result<PathBuf> {
+        let key = b.key();
+        let img = self.work.join(format!("boot-{key}.img"));
+        let layout = Layout::new(self.disk.metal_size, 512)?;
+        let boot_p = layout.part("boot");
+        let part = self.work.join(format!("boot-{key}.img.partial"));
+        let file = std::fs::File::open(&base.base)
+            .with_context(|| format!("opening {}", base.base.display()))?;
+        drop(derive::copy_region(
+            &file,
+            boot_p.start,
+            boot_p.size,
+            &part,
+        )?);
+        let dev = LoopDevice::attach(&part, 0, boot_p.size, 512)?;
+        let m = Mounted::new(dev, &self.work.join(format!("mnt-{key}")), "ext4", "rw")?;
+        derive::edit_boot(
+            m.path(),
+            &base.entries,
+            &derive::BootEdit {
+                platform_id: &b.platform_id,
+                kargs: &b.kargs,
+                grub_commands: &b.grub_commands,
+            },
+        )?;
+        m.close()?;
+        std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
+        Ok(img)
+    }
+}
+
+/// Read a job file (written by the host for the VM).
+pub fn read(path: &Path) -> Result<DiskJob> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
+}
