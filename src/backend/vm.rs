@@ -496,7 +496,7 @@ pub fn run(
                 match line.strip_prefix(MARK) {
                     Some("alive") => {}
                     Some(s) => tracing::info!("appliance: {s}"),
-                    None if !line.is_empty() => eprintln!("{line}"),
+                    None if !line.is_empty() => r.note(line),
                     None => {}
                 }
             }
@@ -523,6 +523,10 @@ pub fn run(
     let status = vm.0.wait().context("waiting for the backend VM")?;
     let qemu_err = err_thread.join().unwrap_or_default();
     tracing::info!(elapsed = ?started.elapsed(), ?status, "backend VM stopped");
+    r.note(&format!(
+        "backend VM stopped after {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
     let outcome: Outcome = match std::fs::read(&result) {
         Ok(b) => serde_json::from_slice(&b).context("reading the VM's result")?,
         Err(_) => {
