@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test lint fmt clean
+.PHONY: all deps build fixtures demo test lint fmt clean bench
 
 all: build
 
@@ -18,6 +18,14 @@ fixtures: build
 # The main job on the bundled test OS release.
 demo: build
 	bash scripts/demo.sh
+
+# Benchmark at real size (not part of `make test`; tens of minutes): the
+# --large test OS (BENCH_EXTRA_MB MiB of payload, default 2560), `generate all`
+# per stage against the standard tools on the same disk. Prints a table and
+# appends one JSON line to bench/results.jsonl.
+bench: build
+	fx=$$(bash fixtures/build.sh --large) && \
+	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release"
 
 lint: deps
 	$(CARGO) fmt --check
