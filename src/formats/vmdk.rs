@@ -37,10 +37,10 @@
 //!   (unless given), so the same input gives the same file; it is written
 //!   last, with one seek back to sector 1.
 use crate::io::compress::{CacheKey, ChunkCache, Codec};
+use crate::io::deflate::Deflater;
 use crate::io::sparse::{clamped_extents, is_zero, BufPool};
 use crate::io::view::DiskView;
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use flate2::{Compress, Compression, FlushCompress, Status};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -103,9 +103,8 @@ const MARKER_FOOTER: u32 = 3;
 /// A grain marker: `lba` (u64, guest sector of the grain) and `size` (u32,
 /// compressed bytes), followed by the compressed data.
 const GRAIN_MARKER_BYTES: usize = 12;
-/// zlib's `compressBound(65536)`: the largest zlib stream for one grain
-/// (`n + n/4096 + n/16384 + n/2^25 + 13`).
-const ZLIB_BOUND: usize = 65_536 + 16 + 4 + 13;
+/// The largest zlib stream for one grain ([`crate::io::deflate::bound`]).
+const ZLIB_BOUND: usize = crate::io::deflate::bound(GRAIN_SIZE as usize);
 /// Largest stored grain: marker, worst-case zlib stream, sector padding.
 const MAX_PACKED_GRAIN: usize =
     (GRAIN_MARKER_BYTES + ZLIB_BOUND).next_multiple_of(SECTOR_SIZE as usize);
@@ -494,7 +493,7 @@ impl Job<'_> {
     /// the lowest unfinished chunk always belongs to a running worker),
     /// read it, compress its non-zero grains and send the result.
     fn work(&self, tx: Sender<(usize, Result<Done>)>) {
-        let mut z = Compress::new(Compression::new(self.level), true);
+        let mut z = Deflater::zlib(self.level);
         while !self.abort.load(Ordering::Relaxed) {
             let Some(buf) = self.pool.get() else {
                 return;
@@ -515,7 +514,7 @@ impl Job<'_> {
     /// is shared: a grain's bytes (its marker holds its guest LBA) depend
     /// only on its content, position and the level, so a chunk packed for
     /// another output over the same base is reused as it is.
-    fn pack(&self, chunk: u64, mut buf: Vec<u8>, z: &mut Compress) -> Result<Done> {
+    fn pack(&self, chunk: u64, mut buf: Vec<u8>, z: &mut Deflater) -> Result<Done> {
         let off = chunk * CHUNK_GRAINS * GRAIN_SIZE;
         let n = (self.view.len() - off).min(CHUNK_BYTES as u64) as usize;
         let key = self.cache.and_then(|_| {
@@ -557,7 +556,7 @@ impl Job<'_> {
     }
 
     /// Read chunk `chunk` and compress its non-zero grains into `buf`.
-    fn pack_fresh(&self, chunk: u64, mut buf: Vec<u8>, z: &mut Compress) -> Result<Done> {
+    fn pack_fresh(&self, chunk: u64, mut buf: Vec<u8>, z: &mut Deflater) -> Result<Done> {
         let first = chunk * CHUNK_GRAINS;
         let grains = (self.geo.grains - first).min(CHUNK_GRAINS);
         let off = first * GRAIN_SIZE;
@@ -634,21 +633,10 @@ fn unpack_cached(bytes: &[u8], out: &mut [u8]) -> Result<(usize, Vec<(u64, u64)>
 /// zlib stream, zero padding to a sector. Returns the bytes used. The last
 /// grain of a disk whose capacity is not a grain multiple holds only the
 /// bytes up to the capacity, as VMware's own writer stores it.
-fn pack_grain(z: &mut Compress, data: &[u8], lba: u64, out: &mut [u8]) -> Result<usize> {
-    z.reset();
-    let (in0, out0) = (z.total_in(), z.total_out());
-    let status = z
-        .compress(
-            data,
-            &mut out[GRAIN_MARKER_BYTES..MAX_PACKED_GRAIN],
-            FlushCompress::Finish,
-        )
-        .map_err(|e| anyhow!("deflate failed: {e}"))?;
-    let (consumed, written) = (z.total_in() - in0, (z.total_out() - out0) as usize);
-    ensure!(
-        status == Status::StreamEnd && consumed == data.len() as u64,
-        "deflate did not finish within {ZLIB_BOUND} bytes"
-    );
+fn pack_grain(z: &mut Deflater, data: &[u8], lba: u64, out: &mut [u8]) -> Result<usize> {
+    let written = z
+        .compress_into(data, &mut out[GRAIN_MARKER_BYTES..MAX_PACKED_GRAIN])
+        .context("deflating a grain")?;
     out[..8].copy_from_slice(&lba.to_le_bytes());
     out[8..12].copy_from_slice(&(written as u32).to_le_bytes());
     let end = GRAIN_MARKER_BYTES + written;

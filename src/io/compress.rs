@@ -374,7 +374,7 @@ pub fn compress_view_cached(
 
 /// One chunk's encoder; each worker owns one.
 enum Encoder {
-    Gzip(flate2::Compression),
+    Gzip(Box<super::deflate::Deflater>),
     Xz { level: u32, chunk: usize },
     Zstd(Box<zstd::bulk::Compressor<'static>>),
 }
@@ -382,7 +382,7 @@ enum Encoder {
 impl Encoder {
     fn new(kind: Compressor, level: u32, chunk: usize) -> Result<Self> {
         Ok(match kind {
-            Compressor::Gzip => Encoder::Gzip(flate2::Compression::new(level)),
+            Compressor::Gzip => Encoder::Gzip(Box::new(super::deflate::Deflater::gzip(level))),
             Compressor::Xz => Encoder::Xz { level, chunk },
             Compressor::Zstd => {
                 let mut c = zstd::bulk::Compressor::new(level as i32)
@@ -400,12 +400,7 @@ impl Encoder {
     /// `data` as one complete gzip member / xz stream / zstd frame.
     fn compress(&mut self, data: &[u8]) -> Result<Vec<u8>> {
         match self {
-            Encoder::Gzip(level) => {
-                let buf = Vec::with_capacity(out_bound(data.len()));
-                let mut e = flate2::write::GzEncoder::new(buf, *level);
-                e.write_all(data)?;
-                Ok(e.finish()?)
-            }
+            Encoder::Gzip(z) => z.compress_vec(data),
             Encoder::Xz { level, chunk } => {
                 let dict = XZ_PRESET_DICT[*level as usize]
                     .min(XZ_MAX_DICT)

@@ -1,5 +1,6 @@
 //! Streaming I/O: disk views (base + delta), compression, sparse output.
 pub mod compress;
+pub mod deflate;
 pub mod sparse;
 pub mod view;
 
