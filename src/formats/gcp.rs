@@ -37,7 +37,7 @@
 //! trade-off: every entry costs 24 bytes of header (4 in the main header,
 //! 21 per extension block) and a seek on extraction; a stored short hole
 //! costs a little gzip time (zeros deflate fast, to about 1/1000) and real
-//! blocks in an extracted file. Measured with `tests::map_study` on the
+//! blocks in an extracted file. Measured with `examples/bench_gcp.rs --map` on the
 //! test OS's metal disk (1 GiB, ~51 MiB of data): 86 entries and 50.7 MiB
 //! stored with 4 KiB holes kept (what GNU tar does), 21 entries and
 //! 51.4 MiB (+1.4%) at 64 KiB, 14 entries and 53.9 MiB (+6%) at 1 MiB. An
@@ -68,7 +68,7 @@ const RECORD: u64 = 20 * BLOCK;
 /// zero-filled records").
 const END_BLOCKS: u64 = 2;
 /// Zero-detection granule of the sparse map (see the module docs).
-const GRANULE: u64 = 4096;
+pub const GRANULE: u64 = 4096;
 /// Holes shorter than this are stored as data (see the module docs).
 pub const MIN_HOLE: u64 = 64 << 10;
 /// Bytes read per step while scanning for the sparse map.
@@ -182,6 +182,33 @@ pub fn sparse_map(view: &dyn DiskView) -> Result<Vec<Range<u64>>> {
 }
 
 /// [`sparse_map`] keeping only holes of at least `min_hole` bytes.
+/// What the sparse map would be with holes of at least `min_hole` bytes:
+/// the trade-off behind [`MIN_HOLE`], studied by `examples/bench_gcp.rs`.
+#[derive(Debug, Clone, Copy)]
+pub struct MapSummary {
+    /// Sparse map entries.
+    pub entries: usize,
+    /// 512-byte header blocks that hold them (the main header and the
+    /// extension blocks).
+    pub header_blocks: usize,
+    /// Data bytes stored in the archive.
+    pub stored: u64,
+}
+
+/// [`MapSummary`] of `view` for a minimum hole of `min_hole` bytes (a
+/// multiple of [`GRANULE`]).
+pub fn map_summary(view: &dyn DiskView, min_hole: u64) -> Result<MapSummary> {
+    let map = sparse_map_with(view, min_hole)?;
+    Ok(MapSummary {
+        entries: map.len(),
+        header_blocks: 1 + map
+            .len()
+            .saturating_sub(HEADER_ENTRIES)
+            .div_ceil(EXT_ENTRIES),
+        stored: map.iter().map(|r| r.end - r.start).sum(),
+    })
+}
+
 fn sparse_map_with(view: &dyn DiskView, min_hole: u64) -> Result<Vec<Range<u64>>> {
     let len = view.len();
     let mut map: Vec<Range<u64>> = Vec::new();
@@ -786,112 +813,5 @@ with tarfile.open(sys.argv[1], "r:gz") as tf:
         assert!(TarView::new(&v, vec![0..4096, 0..8192], 0).is_err());
         assert!(TarView::new(&v, one(0..2 * MIB), 0).is_err());
         assert!(TarView::new(&v, one(0..MIB), 0).is_ok());
-    }
-
-    /// Size of the sparse map and of the stored data for several minimum
-    /// hole sizes, on a real image (the trade-off behind [`MIN_HOLE`]):
-    /// `BENCH_DISK=/path/to/raw cargo test --release --lib
-    /// formats::gcp::tests::map_study -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn map_study() {
-        let Ok(src) = std::env::var("BENCH_DISK") else {
-            eprintln!("set BENCH_DISK to a raw image");
-            return;
-        };
-        let view = FileView::open(Path::new(&src)).unwrap();
-        let extents = view.data_extents().unwrap();
-        let allocated: u64 = extents.iter().map(|r| r.end - r.start).sum();
-        eprintln!(
-            "{src}: {} MiB, {} allocated extents, {} MiB allocated",
-            view.len() >> 20,
-            extents.len(),
-            allocated >> 20
-        );
-        for min_hole in [GRANULE, 16 * KIB, MIN_HOLE, 256 * KIB, MIB] {
-            let t = std::time::Instant::now();
-            let map = sparse_map_with(&view, min_hole).unwrap();
-            let stored: u64 = map.iter().map(|r| r.end - r.start).sum();
-            let ext_blocks = map
-                .len()
-                .saturating_sub(HEADER_ENTRIES)
-                .div_ceil(EXT_ENTRIES);
-            eprintln!(
-                "min hole {:>7} KiB: {:>7} entries ({} header blocks), {:.1} MiB stored, scan {:.2?}",
-                min_hole >> 10,
-                map.len(),
-                1 + ext_blocks,
-                stored as f64 / MIB as f64,
-                t.elapsed()
-            );
-        }
-    }
-
-    /// CPU seconds (user + system) used so far by this process (`who` =
-    /// `RUSAGE_SELF`) or its waited-for children (`RUSAGE_CHILDREN`).
-    fn cpu_seconds(who: i32) -> f64 {
-        // SAFETY: getrusage fills a zeroed struct it is given.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::getrusage(who, &mut ru) }, 0);
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        tv(ru.ru_utime) + tv(ru.ru_stime)
-    }
-
-    /// Throughput against `tar -cSf - | gzip -9` and `| pigz -9`, wall
-    /// and CPU time, `BENCH_ROUNDS` times (default 1) in turn:
-    /// `BENCH_DISK=/path/to/raw cargo test --release --lib
-    /// formats::gcp::tests::bench -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bench() {
-        let Ok(src) = std::env::var("BENCH_DISK") else {
-            eprintln!("set BENCH_DISK to a raw image");
-            return;
-        };
-        let rounds: usize = std::env::var("BENCH_ROUNDS").map_or(1, |r| r.parse().unwrap());
-        let src = Path::new(&src);
-        let dir = tempfile::tempdir_in(src.parent().unwrap()).unwrap();
-        let view = FileView::open(src).unwrap();
-        let t = std::time::Instant::now();
-        let map = sparse_map(&view).unwrap();
-        eprintln!(
-            "scan: {:.2?}, {} entries, {} MiB stored",
-            t.elapsed(),
-            map.len(),
-            map.iter().map(|r| r.end - r.start).sum::<u64>() >> 20
-        );
-        for _ in 0..rounds {
-            let out = dir.path().join("ours.tar.gz");
-            let (t, cpu) = (std::time::Instant::now(), cpu_seconds(libc::RUSAGE_SELF));
-            let s = write_gcp_tar_gz(&view, &out, 0, &|_| {}).unwrap();
-            eprintln!(
-                "ours (2 threads): {:.2?} wall, {:.1} s CPU, {} bytes out",
-                t.elapsed(),
-                cpu_seconds(libc::RUSAGE_SELF) - cpu,
-                s.written.size
-            );
-            for z in ["gzip -9", "pigz -9"] {
-                let (t, cpu) = (
-                    std::time::Instant::now(),
-                    cpu_seconds(libc::RUSAGE_CHILDREN),
-                );
-                let sh = format!(
-                    "tar --format=oldgnu -cSf - -C {} {} | {z} > {}",
-                    src.parent().unwrap().display(),
-                    src.file_name().unwrap().to_str().unwrap(),
-                    dir.path().join("ref.tar.gz").display()
-                );
-                let st = Command::new("sh").arg("-c").arg(&sh).status().unwrap();
-                assert!(st.success());
-                let size = std::fs::metadata(dir.path().join("ref.tar.gz"))
-                    .unwrap()
-                    .len();
-                eprintln!(
-                    "tar -cSf | {z}: {:.2?} wall, {:.1} s CPU, {size} bytes out",
-                    t.elapsed(),
-                    cpu_seconds(libc::RUSAGE_CHILDREN) - cpu
-                );
-            }
-        }
     }
 }

@@ -554,42 +554,4 @@ mod tests {
         let err = write_vhd(&view, &dir.path().join("no/such/x.vhd"), &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("no/such/x.vhd"), "{err:#}");
     }
-
-    /// Throughput against `qemu-img convert -O vpc -o subformat=fixed`:
-    /// `BENCH_DISK=/path/to/raw cargo test --release --lib
-    /// formats::vhd::tests::bench -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bench() {
-        let Ok(src) = std::env::var("BENCH_DISK") else {
-            eprintln!("set BENCH_DISK to a raw image");
-            return;
-        };
-        let src = Path::new(&src);
-        let dir = tempfile::tempdir_in(src.parent().unwrap()).unwrap();
-        let view = FileView::open(src).unwrap();
-        let t = std::time::Instant::now();
-        let s = write_vhd(&view, &dir.path().join("ours.vhd"), &|_| {}).unwrap();
-        let ours = t.elapsed();
-        let t = std::time::Instant::now();
-        let st = Command::new("qemu-img")
-            .args(["convert", "-f", "raw", "-O", "vpc", "-o"])
-            .arg("subformat=fixed,force_size")
-            .arg(src)
-            .arg(dir.path().join("qemu.vhd"))
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let qemu = t.elapsed();
-        let t = std::time::Instant::now();
-        crate::io::sparse::sha256_view(&view).unwrap();
-        eprintln!("SHA-256 of the disk alone: {:.2?}", t.elapsed());
-        eprintln!(
-            "VHD of {} MiB: ours {ours:.2?} (incl. SHA-256 and fsync), qemu-img {qemu:.2?}; \
-             allocated ours {} MiB, qemu {} MiB",
-            s.virtual_size >> 20,
-            allocated(&dir.path().join("ours.vhd")) >> 20,
-            allocated(&dir.path().join("qemu.vhd")) >> 20
-        );
-    }
 }
