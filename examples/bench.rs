@@ -411,7 +411,8 @@ fn main() -> Result<()> {
         "release": release,
         "cores": cores,
         "loadavg_before": load_before.trim(),
-        "extra_mb": std::env::var("BENCH_EXTRA_MB").ok(),
+        // the large fixture's payload knob (fixtures/large-payload.sh)
+        "extra_mb": std::env::var("BENCH_EXTRA_MB").unwrap_or_else(|_| "2560".into()),
         "base_disk_bytes": raw_len, "base_disk_data_bytes": raw_data, "cloud_disk_bytes": cloud_len,
         "import_cache_bytes": cache_bytes,
         "run": {"wall_s": all_run.wall, "cpu_s": all_run.cpu, "peak_rss_bytes": all_run.peak_rss},
