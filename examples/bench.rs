@@ -127,6 +127,16 @@ fn main() -> Result<()> {
     let raw_len = std::fs::metadata(&raw)?.len();
     let raw_data = allocated(&raw)?;
     let cloud_len = cloud_size(&out_all)?.unwrap_or(raw_len);
+    // Bytes of the stages that publish no file: the imported repository and
+    // the base disk's data.
+    let mut stages = stages;
+    for s in &mut stages {
+        match s.name.as_str() {
+            "fetch+import" => s.bytes = cache_bytes,
+            "base disk" => s.bytes = raw_data,
+            _ => {}
+        }
+    }
 
     // 3. The standard tools, on that disk.
     let t = work.join("tools");
