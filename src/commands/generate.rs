@@ -13,9 +13,10 @@ use crate::disk::{
 };
 use crate::io::compress::{self, Compressor};
 use crate::io::view::{Composite, DiskView, FileView, Patch};
+use crate::live::{self, iso::Syslinux};
 use crate::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::oscontainer::{OsFormat, OsInfo};
-use crate::plan::{Plan, PlanArtifact, PlanInput};
+use crate::plan::{Plan, PlanArtifact, PlanInput, PlanLive};
 use crate::platforms::{self, PlatformSpec};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, ensure, Context, Result};
@@ -74,6 +75,11 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let os = os.context("the OS was imported")?;
     let commit = &os.commit;
     check_bootloader(&loaded.cache.repo, commit, &plan)?;
+    let syslinux = if plan.artifacts.iter().any(|x| x.live.is_some()) {
+        Some(check_live(&loaded.cache.repo, os)?)
+    } else {
+        None
+    };
     let new_meta = start_meta(&plan, os, &loaded.resolved);
     if let Some(old) = meta::read_meta(&a.output)? {
         if !old.same_build(&new_meta) {
@@ -115,11 +121,18 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         threads,
         raw_dir: a.debug_raw_dir.as_deref(),
         chunks: compress::ChunkCache::new(&work.path().join("chunks.cache"))?,
+        syslinux,
     };
     let base = b.build_base()?;
     let mut m = new_meta;
     for art in &plan.artifacts {
         cancel::check()?;
+        if art.live.is_some() {
+            for (key, entry) in b.live_artifacts(&base, art)? {
+                m.images.insert(key, entry);
+            }
+            continue;
+        }
         let entry = b.artifact(&base, art)?;
         m.images.insert(art.meta_key.clone(), entry);
     }
@@ -320,6 +333,59 @@ fn check_bootloader(
     Ok(())
 }
 
+/// The OS and the host must have what the live ISO needs (SPEC 5): a
+/// usable initramfs, the EFI GRUB vendor directory (for the ISO's
+/// `EFI/<vendor>/grub.cfg` and efiboot.img), a squashfs live root, and
+/// ISOLINUX on the host. Checked before anything is built.
+fn check_live(repo: &crate::oscontainer::repo::Repo, os: &OsInfo) -> Result<Syslinux> {
+    let commit = &os.commit;
+    let short = input::short(commit);
+    let fstype = &os.config.image.live_rootfs_fstype.value;
+    if fstype != "squashfs" {
+        bail!("the OS's image.json asks for live-rootfs-fstype '{fstype}'; this tool builds the live rootfs as squashfs only (SPEC 5); build the OS with the default (squashfs)");
+    }
+    let kdir = format!("/usr/lib/modules/{}", os.kernel_version);
+    let initrd = format!("{kdir}/{}", live::INITRAMFS_NAME);
+    let Some(data) = repo.read_file(commit, &initrd)? else {
+        bail!("the OS has no initramfs {initrd} in commit {short}; the live initramfs is the OS's own initramfs with the live files appended; use an OS image that ships its initramfs next to the kernel (as CoreOS does)");
+    };
+    live::check_initramfs(
+        &data,
+        &format!("the OS's initramfs {initrd} (commit {short})"),
+    )?;
+    let efi = format!("/{OS_EFI_DIR}");
+    let mut vendors = Vec::new();
+    for (is_dir, name) in repo.list_dir(commit, &efi)?.unwrap_or_default() {
+        if !is_dir || name.eq_ignore_ascii_case("BOOT") {
+            continue;
+        }
+        let files = repo
+            .list_dir(commit, &format!("{efi}/{name}"))?
+            .unwrap_or_default();
+        if files.iter().any(|(d, n)| {
+            let n = n.to_ascii_lowercase();
+            !d && n.starts_with("grub") && n.ends_with(".efi")
+        }) {
+            vendors.push(name);
+        }
+    }
+    if vendors.len() != 1 {
+        let what = if vendors.is_empty() {
+            format!("no vendor directory with a grub*.efi under {efi}")
+        } else {
+            format!(
+                "several vendor directories under {efi} ({})",
+                vendors.join(", ")
+            )
+        };
+        if os.config.has_live_templates {
+            bail!("the live ISO boots UEFI machines with the OS's GRUB and puts its menu next to it in EFI/<vendor>/, but commit {short} has {what}; use an OS image that ships its bootupd EFI tree (e.g. EFI/redhat/grubx64.efi)");
+        }
+        bail!("the OS ships no live ISO menu templates ({}) and the built-in menus cannot be used either: they need the OS's EFI GRUB in a vendor directory ({efi}/<vendor>/grub*.efi, where the UEFI menu EFI/<vendor>/grub.cfg goes), and commit {short} has {what}; use an OS image that ships coreos-assembler's live/ templates and its bootupd EFI tree", crate::osconfig::LIVE_DIR);
+    }
+    Syslinux::find()
+}
+
 /// Free bytes for unprivileged users on the filesystem holding `p`, and its device.
 fn free_space(p: &Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -350,6 +416,11 @@ fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
         .any(|x| x.platform == "qemu" && x.compressed)
     {
         work_need += data;
+    }
+    // Live: the squashfs and the rootfs cpio holding it (the ISO links to
+    // the rootfs), each at most the data.
+    if plan.artifacts.iter().any(|x| x.live.is_some()) {
+        work_need += 2 * data;
     }
     // Each artifact holds at most the disk's data (compressed about half),
     // plus the OS container archive.
@@ -423,6 +494,18 @@ pub struct Base {
     entries: Vec<(PathBuf, grubcfg::BlsEntry)>,
     /// The 4K-sector ESP, built when metal4k is planned.
     esp4k: Option<PathBuf>,
+    /// Live files made from the mounted deployment, when live is planned.
+    live: Option<LiveStage>,
+}
+
+/// The live files made while the deployment is mounted (in the work dir).
+pub struct LiveStage {
+    dir: PathBuf,
+    kernel: PathBuf,
+    initramfs: PathBuf,
+    rootfs: PathBuf,
+    efiboot: PathBuf,
+    menus: live::Rendered,
 }
 
 struct Builder<'a> {
@@ -438,6 +521,8 @@ struct Builder<'a> {
     /// Compressed chunks of the base disk's unchanged ranges, shared by
     /// the platforms whose outputs lay the disk out at the same offsets.
     chunks: compress::ChunkCache,
+    /// The host's ISOLINUX, when live is planned.
+    syslinux: Option<Syslinux>,
 }
 
 impl Builder<'_> {
@@ -564,6 +649,10 @@ impl Builder<'_> {
             bios::install_bios(&file, &layout, &grub, self.work)?;
             bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
         }
+        let live = match self.plan.artifacts.iter().find_map(|x| x.live.as_ref()) {
+            Some(l) => Some(self.live_stage(l, root_m.path(), &tree, &efi_src, &vendor)?),
+            None => None,
+        };
         boot_m.close()?;
         root_m.close()?;
         file.sync_all()?;
@@ -579,7 +668,175 @@ impl Builder<'_> {
             layout,
             entries,
             esp4k,
+            live,
         })
+    }
+
+    /// Kernel, initramfs, menus, efiboot.img and rootfs of the live
+    /// artifacts, from the deployed metal tree (`root`: the root filesystem
+    /// with `/boot` mounted; `tree`: the deployment).
+    fn live_stage(
+        &self,
+        l: &PlanLive,
+        root: &Path,
+        tree: &Path,
+        efi_src: &Path,
+        vendor: &str,
+    ) -> Result<LiveStage> {
+        let dir = self.work.join("live");
+        std::fs::create_dir_all(&dir)?;
+        let kdir = tree.join("usr/lib/modules").join(&self.os.kernel_version);
+        let mtime = u32::try_from(self.os.timestamp.max(0)).unwrap_or(u32::MAX);
+        let mib = |p: &Path| -> Result<u64> { Ok(std::fs::metadata(p)?.len() >> 20) };
+
+        let step = self.r.step("live-kernel");
+        let kernel = dir.join("vmlinuz");
+        let src = kdir.join(live::KERNEL_NAME);
+        std::fs::copy(&src, &kernel)
+            .with_context(|| format!("copying the kernel {}", src.display()))?;
+        step.done(&format!("{} ({} MiB)", src.display(), mib(&kernel)?));
+
+        let step = self.r.step("live-initramfs");
+        let src = kdir.join(live::INITRAMFS_NAME);
+        let os_initrd = std::fs::read(&src)
+            .with_context(|| format!("reading the OS's initramfs {}", src.display()))?;
+        live::check_initramfs(&os_initrd, &format!("the OS's initramfs {}", src.display()))?;
+        let addon = live::live_initramfs_addon(&self.os.version, mtime)?;
+        let initramfs = dir.join("initrd.img");
+        std::fs::write(&initramfs, live::live_initramfs(&os_initrd, &addon))
+            .with_context(|| format!("writing {}", initramfs.display()))?;
+        step.done(&format!(
+            "OS initramfs + {} bytes of live files ({} MiB)",
+            addon.len(),
+            mib(&initramfs)?
+        ));
+
+        let live_dir = tree.join(crate::osconfig::LIVE_DIR.trim_start_matches('/'));
+        let templates = if live_dir.is_dir() {
+            live::read_templates(&live_dir, vendor).with_context(|| {
+                format!(
+                    "reading the OS's live menu templates {}",
+                    live_dir.display()
+                )
+            })?
+        } else {
+            let title = self
+                .os
+                .os_release
+                .get("NAME")
+                .cloned()
+                .unwrap_or_else(|| self.os.osname.clone());
+            self.r.note(&format!(
+                "live: the OS ships no menu templates ({}); using the built-in menus",
+                crate::osconfig::LIVE_DIR
+            ));
+            live::builtin_templates(vendor, &title)
+        };
+        let menus = live::render(&templates, &l.volume_id, &self.os.version, &l.kargs)?;
+        let stub = live::iso::efiboot_stub_cfg(&l.volume_id, vendor);
+        let efiboot = dir.join("efiboot.img");
+        let size = live::iso::efiboot_size(efi_src, stub.len() as u64)?;
+        let volid_hash = crate::util::sha256_hex(l.volume_id.as_bytes());
+        let fat_id = u32::from_str_radix(&volid_hash[..8], 16).expect("hex");
+        esp::build_esp_file(
+            &efiboot,
+            size,
+            512,
+            fat_id,
+            live::iso::EFIBOOT_LABEL,
+            efi_src,
+            &[(format!("EFI/{vendor}/grub.cfg"), stub.into_bytes())],
+        )?;
+
+        let step = self.r.step("live-rootfs");
+        let threads = if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        };
+        let sq = dir.join(live::ROOT_SQUASHFS);
+        cancel::pause_point("squashfs")?;
+        live::make_squashfs(root, &sq, self.os.timestamp, threads)?;
+        let rootfs = dir.join("rootfs.img");
+        live::write_rootfs_img(&sq, &rootfs, mtime)?;
+        std::fs::remove_file(&sq).ok();
+        step.done(&format!(
+            "squashfs (zstd, {threads} threads) of the deployed tree in a cpio ({} MiB)",
+            mib(&rootfs)?
+        ));
+        Ok(LiveStage {
+            dir,
+            kernel,
+            initramfs,
+            rootfs,
+            efiboot,
+            menus,
+        })
+    }
+
+    /// The live ISO and the PXE files, published together.
+    fn live_artifacts(&self, base: &Base, art: &PlanArtifact) -> Result<Vec<(String, ImageEntry)>> {
+        let l = art.live.as_ref().context("live plan")?;
+        let st = base.live.as_ref().context("live files staged")?;
+        let sys = self.syslinux.as_ref().context("syslinux checked")?;
+        let temp = |name: &str| {
+            tempfile::Builder::new()
+                .prefix(&format!(".{name}."))
+                .suffix(".partial")
+                .tempfile_in(self.out)
+                .with_context(|| format!("creating a temporary file in {}", self.out.display()))
+        };
+        let step = self.r.step("live-iso");
+        let iso_tmp = temp(&l.iso)?;
+        let stage = st.dir.join("iso");
+        cancel::pause_point("iso")?;
+        live::iso::build_iso(
+            &stage,
+            iso_tmp.path(),
+            &live::iso::IsoInput {
+                volid: &l.volume_id,
+                kernel: &st.kernel,
+                initramfs: &st.initramfs,
+                rootfs: &st.rootfs,
+                efiboot: &st.efiboot,
+                menus: &st.menus,
+                syslinux: sys,
+                mtime: self.os.timestamp,
+            },
+        )?;
+        std::fs::remove_dir_all(&stage).ok();
+        let mut done = vec![(
+            meta::IMAGE_KEY_LIVE_ISO.to_string(),
+            file_entry(&l.iso, iso_tmp.path(), Some(true))?,
+            iso_tmp,
+            l.iso.clone(),
+        )];
+        step.done(&format!(
+            "{} (volume id {}, {} MiB)",
+            l.iso,
+            l.volume_id,
+            done[0].1.size >> 20
+        ));
+        for (key, src, name) in [
+            (meta::IMAGE_KEY_LIVE_KERNEL, &st.kernel, &l.kernel),
+            (meta::IMAGE_KEY_LIVE_INITRAMFS, &st.initramfs, &l.initramfs),
+            (meta::IMAGE_KEY_LIVE_ROOTFS, &st.rootfs, &l.rootfs),
+        ] {
+            cancel::check()?;
+            let tmp = temp(name)?;
+            std::fs::copy(src, tmp.path()).with_context(|| {
+                format!("copying {} to {}", src.display(), tmp.path().display())
+            })?;
+            let e = file_entry(name, tmp.path(), Some(true))?;
+            done.push((key.to_string(), e, tmp, name.clone()));
+        }
+        cancel::check()?;
+        let mut out = Vec::new();
+        for (key, entry, tmp, name) in done {
+            publish(tmp, &self.out.join(&name))?;
+            out.push((key, entry));
+        }
+        Ok(out)
     }
 
     /// The boot filesystem image for `art`'s platform settings: a copy of

@@ -25,6 +25,9 @@ const C32_LIBS: &[&str] = &["libcom32.c32", "libutil.c32"];
 pub const BOOT_CAT: &str = "isolinux/boot.cat";
 pub const ISOLINUX_IN_ISO: &str = "isolinux/isolinux.bin";
 pub const EFIBOOT_IN_ISO: &str = "images/efiboot.img";
+/// FAT label of efiboot.img (not the ISO's volume id, so that a search by
+/// the volume id finds the ISO, not this image).
+pub const EFIBOOT_LABEL: &str = "EFIBOOT";
 
 /// The host's ISOLINUX files.
 #[derive(Debug, Clone)]

@@ -167,10 +167,11 @@ pub fn live_initramfs_addon(version: &str, mtime: u32) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-/// The live initramfs: the OS's one, zero-padded to 4 bytes, then the addon.
+/// The live initramfs: the OS's one, then the addon. No padding: the
+/// kernel finds a compressed archive at any offset, and coreos-installer
+/// takes bytes after a compressed archive for another archive.
 pub fn live_initramfs(os_initrd: &[u8], addon: &[u8]) -> Vec<u8> {
     let mut v = os_initrd.to_vec();
-    v.resize(v.len().div_ceil(4) * 4, 0);
     v.extend_from_slice(addon);
     v
 }
@@ -525,8 +526,8 @@ mod tests {
             ]
         );
         let joined = live_initramfs(b"abcde", &a);
-        assert_eq!(&joined[..8], b"abcde\0\0\0");
-        assert_eq!(&joined[8..], &a[..]);
+        assert_eq!(&joined[..5], b"abcde");
+        assert_eq!(&joined[5..], &a[..]);
         assert_eq!(a, live_initramfs_addon("1.2.3", 0).unwrap(), "reproducible");
     }
 
