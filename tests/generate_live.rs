@@ -749,3 +749,76 @@ fn os_initramfs_not_a_cpio_is_refused() {
         ],
     );
 }
+
+fn dry_run_all(release: &str) -> (Vec<String>, String) {
+    let root = top().join(format!("target/tmp/generate-live-all-{release}"));
+    let _ = std::fs::remove_dir_all(&root);
+    let cache = root.join("cache");
+    ok_json(&cache, &["inspect", &oci(release), "--import"]);
+    let o = run(
+        &cache,
+        &[
+            "generate",
+            &oci(release),
+            "all",
+            "--dry-run",
+            "-o",
+            root.join("out").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let names = plan["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["platform"].as_str().unwrap().to_string())
+        .collect();
+    (names, stderr(&o))
+}
+
+#[test]
+fn all_includes_live_when_the_os_has_what_it_needs() {
+    let (names, _) = dry_run_all("release");
+    assert!(names.iter().any(|n| n == "live"), "{names:?}");
+    let (names, err) = dry_run_all("release-noliveefi");
+    assert!(!names.iter().any(|n| n == "live"), "{names:?}");
+    assert!(names.iter().any(|n| n == "metal"), "{names:?}");
+    assert!(err.contains("all: leaving live out"), "{err}");
+    assert!(err.contains("no vendor directory"), "{err}");
+}
+
+#[test]
+fn dry_run_shows_the_live_plan() {
+    let root = top().join("target/tmp/generate-live-dry");
+    let _ = std::fs::remove_dir_all(&root);
+    let cache = root.join("cache");
+    ok_json(&cache, &["inspect", &oci("release"), "--import"]);
+    let o = run(
+        &cache,
+        &[
+            "generate",
+            &oci("release"),
+            "live",
+            "--dry-run",
+            "-o",
+            root.join("out").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let l = &plan["artifacts"][0]["live"];
+    assert_eq!(l["volume_id"], want_volid().as_str());
+    assert_eq!(
+        l["kargs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect::<Vec<_>>()
+            .join(" "),
+        want_kargs()
+    );
+    assert_eq!(plan["artifacts"][0]["meta_key"], "live-iso");
+    assert!(!root.join("out").exists());
+}

@@ -16,7 +16,7 @@ use crate::io::view::{Composite, DiskView, FileView, Patch};
 use crate::live::{self, iso::Syslinux};
 use crate::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::oscontainer::{OsFormat, OsInfo};
-use crate::plan::{Plan, PlanArtifact, PlanInput, PlanLive};
+use crate::plan::{Plan, PlanArtifact, PlanInput, PlanLive, LIVE};
 use crate::platforms::{self, PlatformSpec};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, ensure, Context, Result};
@@ -54,11 +54,21 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,
     };
-    let specs = if a.platforms.iter().any(|p| p == ALL) {
+    let mut specs = if a.platforms.iter().any(|p| p == ALL) {
         restrict_to_os(specs, &a.platforms, os, &loaded.resolved.arch)
     } else {
         specs
     };
+    // `all` includes live only when the OS has what it needs; named
+    // explicitly, live fails below with the reason instead.
+    if a.platforms.iter().any(|p| p == ALL) && !a.platforms.iter().any(|p| p == LIVE) {
+        if let Some(o) = os.filter(|_| specs.iter().any(|p| p.name == LIVE)) {
+            if let Err(e) = check_live(&loaded.cache.repo, o) {
+                reporter.note(&format!("all: leaving {LIVE} out: {e:#}"));
+                specs.retain(|p| p.name != LIVE);
+            }
+        }
+    }
     let plan = Plan::build(PlanInput {
         resolved: &loaded.resolved,
         os,
