@@ -35,7 +35,6 @@ fn generate_into(root: &Path, release: &str) -> (PathBuf, Value, String) {
             out.to_str().unwrap(),
             "--progress",
             "plain",
-            "--no-ostree-archive",
         ],
     );
     assert!(o.status.success(), "generate live failed:\n{}", stderr(&o));
@@ -245,7 +244,16 @@ fn meta_sums_and_stream() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert!(names
+        .iter()
+        .any(|n| n.ends_with("-ostree.x86_64.ociarchive")));
+    // meta.json against coreos-assembler's own schema.
+    let schema: Value =
+        serde_json::from_slice(&read(&top().join("tests/data/cosa-meta-v1.schema.json"))).unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let errs: Vec<String> = v.iter_errors(&b.meta).map(|e| e.to_string()).collect();
+    assert!(errs.is_empty(), "{errs:?}");
     assert!(b.log.contains("live-rootfs: squashfs"), "{}", b.log);
 }
 
@@ -821,4 +829,102 @@ fn dry_run_shows_the_live_plan() {
     );
     assert_eq!(plan["artifacts"][0]["meta_key"], "live-iso");
     assert!(!root.join("out").exists());
+}
+
+// ------------------------------------------------------------ interrupts
+
+/// `generate live` paused at `point` (`BOOTIMAGE_GEN_PAUSE_AT`), checked
+/// with `during`, then sent `signal`: nothing may be left behind (loop
+/// devices, mounts, work files, partial outputs).
+fn interrupt_live_at(point: &str, signal: i32, code: i32, during: impl Fn(&Path, &Path)) {
+    use std::io::{BufRead, BufReader};
+    let root = top().join("target/tmp/generate-live-interrupt").join(point);
+    let _ = std::fs::remove_dir_all(&root);
+    let (out, cache) = (root.join("out"), root.join("cache"));
+    std::fs::create_dir_all(&root).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+        .args([
+            "generate",
+            &oci("release"),
+            "live",
+            "--no-ostree-archive",
+            "--progress",
+            "plain",
+            "-o",
+        ])
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .env("BOOTIMAGE_GEN_PAUSE_AT", point)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("generate ended before pausing at {point}:\n{log}");
+        }
+        log.push_str(&line);
+        if line.contains(&format!("paused at {point}")) {
+            break;
+        }
+    }
+    during(&out, &cache);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    std::io::Read::read_to_string(&mut err, &mut log).unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(code), "{log}");
+    assert!(log.contains("interrupted"), "{log}");
+    let r = root.to_string_lossy().to_string();
+    let loops = must(Command::new("losetup").args(["-l", "-n", "-O", "NAME,BACK-FILE"]));
+    assert!(!loops.contains(&r), "loop devices left: {loops}");
+    let mounts = must(Command::new("findmnt").args(["-rn", "-o", "TARGET"]));
+    assert!(
+        !mounts.lines().any(|l| l.starts_with(&r)),
+        "mounts left: {mounts}"
+    );
+    let names = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .map(|rd| {
+                rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(names(&out).is_empty(), "output dir holds {:?}", names(&out));
+    assert!(
+        names(&cache.join("tmp")).is_empty(),
+        "cache tmp holds {:?}",
+        names(&cache.join("tmp"))
+    );
+    std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn sigint_while_squashing_leaves_nothing() {
+    interrupt_live_at("squashfs", libc::SIGINT, 130, |_, cache| {
+        let mounts = must(Command::new("findmnt").args(["-rn", "-o", "TARGET"]));
+        let c = cache.to_string_lossy().to_string();
+        assert_eq!(
+            mounts.lines().filter(|l| l.starts_with(&c)).count(),
+            2,
+            "root and boot are mounted while the squashfs is made"
+        );
+    });
+}
+
+#[test]
+fn sigterm_while_writing_the_iso_leaves_nothing() {
+    interrupt_live_at("iso", libc::SIGTERM, 143, |out, _| {
+        let n: Vec<String> = std::fs::read_dir(out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(n.iter().any(|x| x.ends_with(".partial")), "{n:?}");
+    });
 }
