@@ -704,7 +704,12 @@ impl Builder<'_> {
         let src = kdir.join(live::KERNEL_NAME);
         std::fs::copy(&src, &kernel)
             .with_context(|| format!("copying the kernel {}", src.display()))?;
-        step.done(&format!("{} ({} MiB)", src.display(), mib(&kernel)?));
+        step.done(&format!(
+            "usr/lib/modules/{}/{} ({} MiB)",
+            self.os.kernel_version,
+            live::KERNEL_NAME,
+            mib(&kernel)?
+        ));
 
         let step = self.r.step("live-initramfs");
         let src = kdir.join(live::INITRAMFS_NAME);

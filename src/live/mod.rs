@@ -560,6 +560,40 @@ mod tests {
     }
 
     #[test]
+    fn templates_follow_the_os_vendor_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let live = d.path();
+        std::fs::create_dir_all(live.join("EFI/fedora")).unwrap();
+        std::fs::create_dir_all(live.join("isolinux")).unwrap();
+        std::fs::write(
+            live.join("EFI/fedora/grub.cfg"),
+            "linux x @@KERNEL-ARGS@@\n",
+        )
+        .unwrap();
+        std::fs::write(
+            live.join("isolinux/isolinux.cfg"),
+            "append @@KERNEL-ARGS@@\n",
+        )
+        .unwrap();
+        std::fs::write(live.join("isolinux/splash.png"), [0x89, b'P', 0xff, 0xfe]).unwrap();
+        let t = read_templates(live, "redhat").unwrap();
+        let paths: Vec<&str> = t.iter().map(|t| t.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "EFI/redhat/grub.cfg",
+                "isolinux/isolinux.cfg",
+                "isolinux/splash.png"
+            ]
+        );
+        let r = render(&t, "v", "1", &s(&["a=b"])).unwrap();
+        // Binary files pass unchanged.
+        assert_eq!(r.files[2].data, [0x89, b'P', 0xff, 0xfe]);
+        assert_eq!(r.areas.len(), 2);
+        assert_eq!(r.areas[0].offset, "linux x ".len() as u64);
+    }
+
+    #[test]
     fn render_rejects_bad_templates() {
         let t = |d: &str| {
             vec![Template {
