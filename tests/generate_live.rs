@@ -128,7 +128,7 @@ fn want_kargs() -> String {
     for a in image["extra-kargs"].as_array().into_iter().flatten() {
         k.push(a.as_str().unwrap().to_string());
     }
-    for a in platforms["x86_64"]["metal"]["kernel-arguments"]
+    for a in platforms["x86_64"]["metal"]["kernel_arguments"]
         .as_array()
         .into_iter()
         .flatten()
@@ -237,6 +237,17 @@ fn meta_sums_and_stream() {
             f["pxe"][kind]["location"], b.meta["images"][key]["path"],
             "{kind}"
         );
+    }
+    // The same, read by the coreos-stream-metadata crate.
+    let text = std::fs::read_to_string(b.out.join("stream.json")).unwrap();
+    let parsed: coreos_stream_metadata::Stream = serde_json::from_str(&text).unwrap();
+    let formats = &parsed.architectures["x86_64"].artifacts["metal"].formats;
+    assert_eq!(
+        formats["iso"]["disk"].location,
+        b.meta["images"]["live-iso"]["path"].as_str().unwrap()
+    );
+    for kind in ["kernel", "initramfs", "rootfs"] {
+        assert!(formats["pxe"].contains_key(kind), "pxe {kind}");
     }
     // Nothing but the artifacts and the three descriptions.
     let mut names: Vec<String> = std::fs::read_dir(&b.out)

@@ -750,7 +750,10 @@ impl Builder<'_> {
         let menus = live::render(&templates, &l.volume_id, &self.os.version, &l.kargs)?;
         let stub = live::iso::efiboot_stub_cfg(&l.volume_id, vendor);
         let efiboot = dir.join("efiboot.img");
-        let size = live::iso::efiboot_size(efi_src, stub.len() as u64)?;
+        let efi_tree = dir.join("efi");
+        live::iso::efiboot_tree(efi_src, vendor, &efi_tree)
+            .context("preparing the EFI tree of efiboot.img")?;
+        let size = live::iso::efiboot_size(&efi_tree, 2 * stub.len() as u64)?;
         let volid_hash = crate::util::sha256_hex(l.volume_id.as_bytes());
         let fat_id = u32::from_str_radix(&volid_hash[..8], 16).expect("hex");
         esp::build_esp_file(
@@ -759,9 +762,13 @@ impl Builder<'_> {
             512,
             fat_id,
             live::iso::EFIBOOT_LABEL,
-            efi_src,
-            &[(format!("EFI/{vendor}/grub.cfg"), stub.into_bytes())],
+            &efi_tree,
+            &[
+                (format!("EFI/{vendor}/grub.cfg"), stub.clone().into_bytes()),
+                ("EFI/BOOT/grub.cfg".to_string(), stub.into_bytes()),
+            ],
         )?;
+        std::fs::remove_dir_all(&efi_tree).ok();
 
         let step = self.r.step("live-rootfs");
         let threads = if self.threads > 0 {

@@ -267,6 +267,60 @@ pub fn efiboot_size(efi_src: &Path, extra: u64) -> Result<u64> {
     Ok((total + (1 << 20)).div_ceil(1 << 20) * (1 << 20))
 }
 
+/// The EFI tree for `efiboot.img`, copied from the OS's `efi_src` into
+/// `dst`: as booted from removable media, firmware runs `EFI/BOOT/BOOTX64.EFI`
+/// (GRUB itself, or shim, which loads `grubx64.efi` from its own directory).
+/// When `EFI/BOOT` has no GRUB of its own (a shim layout, as on RHCOS) the
+/// vendor directory's `grub*.efi` and `mm*.efi` are copied next to shim, and
+/// shim's fallback `fb*.efi` is left out (it would register boot entries
+/// and reboot instead of booting the ISO).
+pub fn efiboot_tree(efi_src: &Path, vendor: &str, dst: &Path) -> Result<()> {
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let from = efi_src.join(&rel);
+        std::fs::create_dir_all(dst.join(&rel))?;
+        for e in std::fs::read_dir(&from).with_context(|| format!("reading {}", from.display()))? {
+            let e = e?;
+            let r = rel.join(e.file_name());
+            let ft = e.file_type()?;
+            if ft.is_dir() {
+                stack.push(r);
+            } else if ft.is_file() {
+                let name = e.file_name().to_string_lossy().to_ascii_lowercase();
+                let in_boot = rel.to_str().is_some_and(|d| d.eq_ignore_ascii_case("BOOT"));
+                if in_boot && name.starts_with("fb") && name.ends_with(".efi") {
+                    continue;
+                }
+                std::fs::copy(e.path(), dst.join(&r))
+                    .with_context(|| format!("copying {}", e.path().display()))?;
+            }
+        }
+    }
+    let boot = std::fs::read_dir(dst)?
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().eq_ignore_ascii_case("BOOT"))
+        .map(|e| e.path())
+        .unwrap_or_else(|| dst.join("BOOT"));
+    std::fs::create_dir_all(&boot)?;
+    let is_efi = |n: &str, prefix: &str| {
+        let n = n.to_ascii_lowercase();
+        n.starts_with(prefix) && n.ends_with(".efi")
+    };
+    let has_grub = std::fs::read_dir(&boot)?
+        .filter_map(|e| e.ok())
+        .any(|e| is_efi(&e.file_name().to_string_lossy(), "grub"));
+    if !has_grub {
+        for e in std::fs::read_dir(dst.join(vendor))? {
+            let e = e?;
+            let n = e.file_name().to_string_lossy().into_owned();
+            if e.file_type()?.is_file() && (is_efi(&n, "grub") || is_efi(&n, "mm")) {
+                std::fs::copy(e.path(), boot.join(&n))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `grub.cfg` in `efiboot.img` next to the OS's EFI GRUB: find the ISO
 /// by its volume id and continue with the ISO's own menu (which holds the
 /// karg embed area that coreos-installer edits).
@@ -286,6 +340,52 @@ configfile $prefix/grub.cfg
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn efiboot_tree_for_a_shim_layout() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        for f in [
+            "BOOT/BOOTX64.EFI",
+            "BOOT/fbx64.efi",
+            "redhat/shimx64.efi",
+            "redhat/grubx64.efi",
+            "redhat/mmx64.efi",
+            "redhat/BOOTX64.CSV",
+        ] {
+            let p = src.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, f).unwrap();
+        }
+        let dst = d.path().join("dst");
+        efiboot_tree(&src, "redhat", &dst).unwrap();
+        let mut got: Vec<String> = Vec::new();
+        for sub in ["BOOT", "redhat"] {
+            for e in std::fs::read_dir(dst.join(sub)).unwrap() {
+                got.push(format!(
+                    "{sub}/{}",
+                    e.unwrap().file_name().to_string_lossy()
+                ));
+            }
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "BOOT/BOOTX64.EFI",
+                "BOOT/grubx64.efi",
+                "BOOT/mmx64.efi",
+                "redhat/BOOTX64.CSV",
+                "redhat/grubx64.efi",
+                "redhat/mmx64.efi",
+                "redhat/shimx64.efi"
+            ]
+        );
+        assert_eq!(
+            std::fs::read(dst.join("BOOT/grubx64.efi")).unwrap(),
+            b"redhat/grubx64.efi"
+        );
+    }
 
     fn out(c: &mut Command) -> String {
         let o = c.output().unwrap();
