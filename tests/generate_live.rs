@@ -613,20 +613,22 @@ fn boots_pxe_over_tftp_with_ipxe() {
         pxe_kargs()
     );
     std::fs::write(tftp.join("boot.ipxe"), script).unwrap();
-    let r = boot::assert_boots(
-        &[Media::Pxe {
-            tftp_dir: tftp.clone(),
-            boot_file: "boot.ipxe".into(),
-        }],
-        Firmware::Bios,
-        boot::default_timeout(),
-    );
-    report("ipxe tftp bios", &r);
-    check_live_marker(&r, Mode::LivePxe);
-    // The kernel got the script's command line (iPXE under SeaBIOS prints
-    // on the screen, not on the serial console).
-    assert!(r.has_karg("initrd=rootfs.img"), "{:?}", r.cmdline);
-    assert!(!r.has_karg("coreos.liveiso"), "{:?}", r.cmdline);
+    for fw in [Firmware::Bios, Firmware::Uefi] {
+        let r = boot::assert_boots(
+            &[Media::Pxe {
+                tftp_dir: tftp.clone(),
+                boot_file: "boot.ipxe".into(),
+            }],
+            fw,
+            boot::default_timeout(),
+        );
+        report(&format!("ipxe tftp {fw}"), &r);
+        check_live_marker(&r, Mode::LivePxe);
+        // The kernel got the script's command line (iPXE under SeaBIOS
+        // prints on the screen, not on the serial console).
+        assert!(r.has_karg("initrd=rootfs.img"), "{:?}", r.cmdline);
+        assert!(!r.has_karg("coreos.liveiso"), "{:?}", r.cmdline);
+    }
 }
 
 #[test]
