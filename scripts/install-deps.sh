@@ -50,4 +50,16 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# coreos-installer: the tests check the live ISO and PXE files with the real
+# one (iso ignition|kargs, iso extract pxe, pxe customize).
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v coreos-installer >/dev/null 2>&1; then
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: cargo is needed to install coreos-installer; install Rust (https://rustup.rs) and run again" >&2
+    exit 1
+  fi
+  echo "install-deps: cargo install --locked coreos-installer"
+  cargo install --locked coreos-installer
+fi
+
 echo "install-deps: ok"

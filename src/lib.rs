@@ -7,6 +7,7 @@ pub mod disk;
 pub mod formats;
 pub mod image;
 pub mod io;
+pub mod live;
 pub mod meta;
 pub mod osconfig;
 pub mod oscontainer;

@@ -435,22 +435,6 @@ fn unknown_platform_lists_the_valid_ones() {
 }
 
 #[test]
-fn platform_not_built_yet_says_which_are() {
-    let sb = Sandbox::new();
-    let out = sb.path("out");
-    let r = generate(&sb, &[], &[&oci("release"), "live", "-o", p(&out)]);
-    let line = assert_fails(
-        &sb,
-        &r,
-        &["'live'", "not built", "metal", "metal4k", "qemu", "vmware"],
-    );
-    // The list offered is the built one, not the whole table.
-    let offered = line.rsplit(':').next().unwrap();
-    assert!(!offered.contains("live"), "{line}");
-    assert_not_created(&out);
-}
-
-#[test]
 fn output_is_a_regular_file() {
     let sb = Sandbox::new();
     let f = sb.path("afile");
