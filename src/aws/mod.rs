@@ -384,10 +384,10 @@ impl Session {
     }
 
     fn reach_error(&self, region: &str, e: anyhow::Error) -> anyhow::Error {
-        e.context(format!(
-            "AWS region {region} at {}: check --aws-region, --aws-endpoint-url, the network and the credentials",
+        anyhow::anyhow!(
+            "AWS region {region} at {}: {e:#}; check --aws-region, --aws-endpoint-url, the network and the credentials",
             self.endpoint
-        ))
+        )
     }
 
     /// Upload `view` and register it in every region (regions side by
