@@ -384,6 +384,119 @@ mod tests {
         assert!(candidate_blocks(&[], b).is_empty());
     }
 
+    /// A one-request-per-connection HTTP server answering with `answers`
+    /// in turn; returns its URL and the request lines it saw.
+    fn fake_ebs(answers: Vec<&'static str>) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for answer in answers {
+                let (mut c, _) = l.accept().unwrap();
+                let mut r = BufReader::new(c.try_clone().unwrap());
+                let mut first = String::new();
+                r.read_line(&mut first).unwrap();
+                let mut len = 0usize;
+                loop {
+                    let mut h = String::new();
+                    r.read_line(&mut h).unwrap();
+                    if h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some((k, v)) = h.split_once(':') {
+                        if k.eq_ignore_ascii_case("content-length") {
+                            len = v.trim().parse().unwrap();
+                        }
+                    }
+                }
+                let mut body = vec![0u8; len];
+                r.read_exact(&mut body).unwrap();
+                log.lock()
+                    .unwrap()
+                    .push(format!("{} {}", first.trim(), body.len()));
+                c.write_all(answer.as_bytes()).unwrap();
+            }
+        });
+        (url, seen)
+    }
+
+    fn client(url: &str) -> aws_sdk_ebs::Client {
+        let conf = aws_sdk_ebs::Config::builder()
+            .behavior_version(aws_sdk_ebs::config::BehaviorVersion::latest())
+            .region(aws_sdk_ebs::config::Region::new("us-iso-east-1"))
+            .endpoint_url(url)
+            .credentials_provider(aws_sdk_ebs::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .retry_config(aws_sdk_ebs::config::retry::RetryConfig::disabled())
+            .http_client(super::super::http_client().unwrap())
+            .build();
+        aws_sdk_ebs::Client::from_conf(conf)
+    }
+
+    const THROTTLED: &str = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nx-amzn-ErrorType: RequestThrottledException\r\nContent-Length: 26\r\nConnection: close\r\n\r\n{\"message\":\"slow down!\"}";
+    const UNAVAILABLE: &str = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+    const INVALID: &str = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nx-amzn-ErrorType: ValidationException\r\nContent-Length: 23\r\nConnection: close\r\n\r\n{\"message\":\"bad block\"}";
+    const CREATED: &str = "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nx-amz-Checksum: x\r\nx-amz-Checksum-Algorithm: SHA256\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+
+    /// Throttling and 5xx answers from a real HTTP exchange, parsed by the
+    /// SDK, are retried with backoff; a validation error is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn put_block_retries_throttling_and_5xx_but_not_client_errors() {
+        let fast = Backoff {
+            base: Duration::from_millis(5),
+            cap: Duration::from_millis(20),
+            attempts: 5,
+        };
+        let (url, seen) = fake_ebs(vec![THROTTLED, UNAVAILABLE, CREATED]);
+        let retries = AtomicU64::new(0);
+        let data = vec![7u8; BLOCK_SIZE as usize];
+        let n = put_block(
+            &client(&url),
+            "snap-1",
+            "us-iso-east-1",
+            3,
+            data.clone(),
+            fast,
+            &retries,
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, BLOCK_SIZE);
+        assert_eq!(retries.load(Ordering::Relaxed), 2);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        for s in &seen {
+            assert!(
+                s.starts_with("PUT /snapshots/snap-1/blocks/3 ") && s.ends_with(" 524288"),
+                "{s}"
+            );
+        }
+
+        let (url, seen) = fake_ebs(vec![INVALID, CREATED]);
+        let retries = AtomicU64::new(0);
+        let e = put_block(
+            &client(&url),
+            "snap-1",
+            "us-iso-east-1",
+            3,
+            data,
+            fast,
+            &retries,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("ValidationException: bad block (HTTP 400)"),
+            "{e}"
+        );
+        assert_eq!(retries.load(Ordering::Relaxed), 0);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
     #[test]
     fn checksum_is_base64_sha256() {
         // sha256 of 512 KiB of zeros, base64 (as `sha256sum | xxd -r -p | base64`).
