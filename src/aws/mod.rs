@@ -500,7 +500,7 @@ async fn register_region(
                 .await
                 .with_context(|| format!("deleting leftover snapshot {} in {region}", s.id))?;
             r.note(&format!(
-                "aws {region}: deleted snapshot {} left unfinished by an earlier run (state {})",
+                "aws {region}: deleted snapshot {} left unfinished by an earlier run (state {}, not tagged {TAG_UPLOAD}={UPLOAD_COMPLETE})",
                 s.id, s.state
             ));
         }
