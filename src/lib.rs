@@ -1,5 +1,6 @@
 //! bootimage-gen: turn an OpenShift release image into the bootable disk
 //! images coreos-assembler would have published for its OS.
+pub mod aws;
 pub mod backend;
 pub mod cli;
 pub mod commands;

@@ -27,12 +27,23 @@ const SPACE_MARGIN: u64 = 64 << 20;
 pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
     let specs = parse_platforms(&a.platforms)?;
+    let aws_settings = crate::aws::Settings::from_args(&a.aws)?;
+    if aws_settings.is_some() && !specs.iter().any(|p| p.name == "aws") {
+        bail!(
+            "--aws-register registers the aws disk: add the aws platform (or all) to the platforms"
+        );
+    }
     let compressor = a.compress.as_deref().map(Compressor::parse).transpose()?;
     if let Some(u) = &a.base_url {
         check_base_url(u)?;
     }
     check_output_dir(&a.output)?;
     let chosen = backend::choose(a.backend)?;
+    // Region and credentials from the AWS chain, before anything is built.
+    let aws = aws_settings
+        .as_ref()
+        .map(crate::aws::Session::connect)
+        .transpose()?;
     let input = Input::from_args(&a.input)?;
     let reporter = Reporter::new(a.progress);
     let loaded = super::block_on(input::load(&input, !a.dry_run))?;
@@ -70,6 +81,10 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         return Ok(());
     }
     let os = os.context("the OS was imported")?;
+    let ami_spec = match &aws_settings {
+        Some(s) => Some(aws_preflight(s, aws.as_ref(), &plan, os, &reporter)?),
+        None => None,
+    };
     let commit = &os.commit;
     check_bootloader(&loaded.cache.repo, commit, &plan)?;
     let syslinux = if plan.artifacts.iter().any(|x| x.live.is_some()) {
@@ -119,6 +134,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         raw_dir: a.debug_raw_dir.as_deref(),
         chunks: compress::ChunkCache::new(&work.path().join("chunks.cache"))?,
         syslinux,
+        aws: aws.as_ref().zip(ami_spec.as_ref()),
     };
     let job = b.disk_job()?;
     let out = match plan.backend.name {
@@ -141,6 +157,15 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     if !a.no_ostree_archive {
         let (key, entry) = b.ostree_archive(&input)?;
         m.images.insert(key, entry);
+    }
+    // AMIs registered by --aws-register (SPEC 6.3), with their snapshots.
+    for r in aws.as_ref().map(|s| s.results()).unwrap_or_default() {
+        m.amis.retain(|x| x.name != r.region);
+        m.amis.push(meta::Ami {
+            name: r.region,
+            hvm: r.ami,
+            snapshot: r.snapshot,
+        });
     }
     let pinned = &loaded.resolved.pinned_amis;
     if plan.artifacts.iter().any(|x| x.platform == "aws") {
@@ -191,6 +216,30 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         a.output.display()
     ));
     Ok(())
+}
+
+/// `--aws-register`: the aws disk must be planned; the AMI to register;
+/// each region reached with the credentials before the disk is built.
+fn aws_preflight(
+    s: &crate::aws::Settings,
+    session: Option<&crate::aws::Session>,
+    plan: &Plan,
+    os: &OsInfo,
+    r: &Reporter,
+) -> Result<crate::aws::AmiSpec> {
+    if !plan.artifacts.iter().any(|x| x.platform == "aws") {
+        bail!("--aws-register needs the aws platform, which is not planned (the OS's platforms.json lacks it); name aws explicitly");
+    }
+    let spec = crate::aws::AmiSpec::new(
+        s,
+        &plan.name,
+        &plan.version,
+        &plan.release.arch,
+        &plan.release.version,
+        &os.config.image,
+    )?;
+    session.context("AWS session")?.preflight(&spec, r)?;
+    Ok(spec)
 }
 
 /// The platform named `all`: every platform this tool builds.
@@ -535,6 +584,8 @@ struct Builder<'a> {
     chunks: compress::ChunkCache,
     /// The host's ISOLINUX, when live is planned.
     syslinux: Option<Syslinux>,
+    /// `--aws-register`: where and what to register the aws disk as.
+    aws: Option<(&'a crate::aws::Session, &'a crate::aws::AmiSpec)>,
 }
 
 impl Builder<'_> {
@@ -787,6 +838,10 @@ impl Builder<'_> {
             }
         };
         cancel::check()?;
+        if let Some((aws, spec)) = self.aws.filter(|_| art.platform == "aws") {
+            // The snapshot holds the same bytes the VMDK encodes.
+            aws.register(&view, spec, self.r)?;
+        }
         let dst = self.out.join(&art.file);
         publish(tmp, &dst)?;
         step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));
