@@ -21,6 +21,8 @@ PKGS=(
   libxml2-utils jq file
   # build deps for the crate
   pkg-config libglib2.0-dev libzstd-dev libssl-dev
+  # AWS API mock for tests/generate_aws.rs (moto, from PyPI, in a venv)
+  python3-venv python3-pip
 )
 
 need=()
@@ -48,6 +50,29 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"
   fi
+fi
+
+# coreos-installer: the tests check the live ISO and PXE files with the real
+# one (iso ignition|kargs, iso extract pxe, pxe customize).
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v coreos-installer >/dev/null 2>&1; then
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: cargo is needed to install coreos-installer; install Rust (https://rustup.rs) and run again" >&2
+    exit 1
+  fi
+  echo "install-deps: cargo install --locked coreos-installer"
+  cargo install --locked coreos-installer
+fi
+
+# moto in server mode: an AWS API we did not write (EC2, EBS direct API)
+# for tests/generate_aws.rs, in its own venv, installed only if missing.
+MOTO_VENV=/opt/bootimage-gen/moto
+MOTO_REQ='moto[server]==5.2.5'
+if ! "$MOTO_VENV/bin/python" -c 'import moto.server, boto3' 2>/dev/null; then
+  echo "install-deps: installing $MOTO_REQ into $MOTO_VENV"
+  mkdir -p "$(dirname "$MOTO_VENV")"
+  python3 -m venv "$MOTO_VENV"
+  "$MOTO_VENV/bin/pip" install -q --disable-pip-version-check "$MOTO_REQ"
 fi
 
 echo "install-deps: ok"

@@ -14,7 +14,9 @@ fn main() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("BOOTIMAGE_GEN_LOG").unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new(format!(
-                "{level},ostree_ext=warn,containers_image_proxy=warn"
+                // The AWS chain warns about every source it tries (IMDS off
+                // EC2, ...); its failure reaches us as an error anyway.
+                "{level},ostree_ext=warn,containers_image_proxy=warn,aws_config=error"
             ))
         });
     tracing_subscriber::fmt()

@@ -47,6 +47,12 @@ pub const IMAGE_KEY_OSTREE: &str = "ostree";
 /// `<name>-<version>-ostree.<arch>-manifest.json`).
 pub const IMAGE_KEY_OCI_MANIFEST: &str = "oci-manifest";
 
+/// `images` keys of the live artifacts (SPEC 5, 6.1).
+pub const IMAGE_KEY_LIVE_ISO: &str = "live-iso";
+pub const IMAGE_KEY_LIVE_KERNEL: &str = "live-kernel";
+pub const IMAGE_KEY_LIVE_INITRAMFS: &str = "live-initramfs";
+pub const IMAGE_KEY_LIVE_ROOTFS: &str = "live-rootfs";
+
 /// The `images` keys this tool writes (SPEC 6.1), all defined by cosa's schema.
 pub const IMAGE_KEYS: &[&str] = &[
     "metal",

@@ -88,6 +88,35 @@ pub struct PlanArtifact {
     /// Where the console settings came from.
     pub console_source: String,
     pub compressed: bool,
+    /// Platform `live`: volume id, kernel arguments and the four files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<PlanLive>,
+}
+
+/// The live ISO and PXE artifacts (SPEC 5).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct PlanLive {
+    pub volume_id: String,
+    /// Kernel arguments of the ISO menus (the default of `kargs.json`).
+    pub kargs: Vec<String>,
+    pub iso: String,
+    pub kernel: String,
+    pub initramfs: String,
+    pub rootfs: String,
+}
+
+/// The platform that makes the live ISO and PXE files.
+pub const LIVE: &str = "live";
+
+/// Live artifact names (cosa): `<name>-<version>-live-iso.<arch>.iso`,
+/// `-live-kernel.<arch>`, `-live-initramfs.<arch>.img`, `-live-rootfs.<arch>.img`.
+pub fn live_names(name: &str, version: &str, arch: &str) -> [String; 4] {
+    [
+        format!("{name}-{version}-live-iso.{arch}.iso"),
+        format!("{name}-{version}-live-kernel.{arch}"),
+        format!("{name}-{version}-live-initramfs.{arch}.img"),
+        format!("{name}-{version}-live-rootfs.{arch}.img"),
+    ]
 }
 
 /// Kernel arguments common to every platform (SPEC 2).
@@ -240,19 +269,51 @@ impl Plan {
                     d.cloud_size
                 }
             });
+            let live = if spec.name == LIVE {
+                let [iso, kernel, initramfs, rootfs] = live_names(&name, &version, &arch);
+                let volume_id = crate::live::volume_id(&name, &version);
+                let kargs = match &disk {
+                    Some(d) => {
+                        let mut metal = d.kargs.clone();
+                        metal.push(format!("ignition.platform.id={}", spec.ignition_id));
+                        metal.extend(kargs.iter().cloned());
+                        crate::live::live_kargs(&metal, &volume_id)?
+                    }
+                    None => Vec::new(),
+                };
+                Some(PlanLive {
+                    volume_id,
+                    kargs,
+                    iso,
+                    kernel,
+                    initramfs,
+                    rootfs,
+                })
+            } else {
+                None
+            };
             artifacts.push(PlanArtifact {
                 platform: spec.name.to_string(),
                 ignition_platform_id: spec.ignition_id.to_string(),
-                meta_key: spec.name.to_string(),
-                file: artifact_name(&name, &version, spec, &arch, compressor),
+                meta_key: if live.is_some() {
+                    crate::meta::IMAGE_KEY_LIVE_ISO.to_string()
+                } else {
+                    spec.name.to_string()
+                },
+                file: match &live {
+                    Some(l) => l.iso.clone(),
+                    None => artifact_name(&name, &version, spec, &arch, compressor),
+                },
                 format: spec.format.to_string(),
                 sector_size,
-                bios: sector_size == 512,
+                // The live ISO boots BIOS with ISOLINUX, not the OS's GRUB.
+                bios: sector_size == 512 && live.is_none(),
                 disk_size,
                 kargs,
                 grub_commands,
                 console_source,
                 compressed: spec.compressed && compressor != Compressor::None,
+                live,
             });
         }
         Ok(Plan {

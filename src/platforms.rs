@@ -120,7 +120,7 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         format: "live ISO + PXE kernel/initramfs/rootfs",
         ignition_id: "metal",
         compressed: false,
-        built: false,
+        built: true,
         default_serial: false,
         default_kargs: &[],
     },

@@ -190,7 +190,8 @@ impl Placement {
 /// version. Locations are `base_url/<file>` or the bare file name.
 ///
 /// `images.aws.regions` holds `pinned_amis`, given as `(region, ami id,
-/// release)` (the release's own AMIs), then the AMIs of `meta.amis` (ours,
+/// release)` (the release's own AMIs, keeping their release even when
+/// meta.json lists them too), then the other AMIs of `meta.amis` (ours,
 /// release = this build), which win for a region listed in both.
 ///
 /// `last-modified` is meta's build time stamp (now when it has none), so
@@ -244,6 +245,13 @@ pub fn from_meta(
         })
         .collect();
     for ami in &meta.amis {
+        // A pinned AMI recorded in meta.json keeps the pinned release.
+        if pinned_amis
+            .iter()
+            .any(|(region, image, _)| *region == ami.name && *image == ami.hvm)
+        {
+            continue;
+        }
         regions.insert(
             ami.name.clone(),
             SingleImage {
@@ -483,6 +491,17 @@ mod tests {
         assert_eq!(r["us-east-1"]["release"], V);
         assert_eq!(r["eu-west-1"]["image"], "ami-eu");
         assert_eq!(r["eu-west-1"]["release"], "417.1");
+        // generate also lists the pinned AMIs in meta.json: they keep
+        // their own release.
+        m.amis.push(Ami {
+            name: "eu-west-1".into(),
+            hvm: "ami-eu".into(),
+            snapshot: String::new(),
+        });
+        let v = serde_json::to_value(from_meta(&m, "rhcos-4.18", None, &pinned)).unwrap();
+        let r = &v["architectures"]["x86_64"]["images"]["aws"]["regions"];
+        assert_eq!(r["eu-west-1"]["release"], "417.1");
+        assert_eq!(r["us-east-1"]["release"], V);
     }
 
     #[test]

@@ -20,8 +20,18 @@ use std::time::{Duration, Instant};
 /// The unprivileged user the VM runs are made as (`nobody`).
 const UID: u32 = 65534;
 
+/// Under /var/tmp, not the checkout: the unprivileged user must reach it
+/// whatever the checkout's parents allow (a clone under /root is private).
 fn root() -> PathBuf {
-    top().join("target/tmp/backend-vm")
+    PathBuf::from("/var/tmp/bootimage-gen-tests/backend-vm")
+}
+
+/// The test release as an oci-archive the unprivileged user can read.
+fn release() -> String {
+    format!(
+        "oci-archive:{}:release",
+        root().join("release.ociarchive").display()
+    )
 }
 
 /// `bootimage-gen` as the unprivileged user, from a copy it can execute.
@@ -68,7 +78,12 @@ fn built() -> &'static Built {
     B.get_or_init(|| {
         let _ = std::fs::remove_dir_all(root());
         std::fs::create_dir_all(root()).unwrap();
-        // The test root's parents must be traversable by the user.
+        for d in root().ancestors().take(2) {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let archive = root().join("release.ociarchive");
+        std::fs::copy(fixture_dir().join("release.ociarchive"), &archive).unwrap();
+        std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
         let exe = root().join("bootimage-gen");
         std::fs::copy(env!("CARGO_BIN_EXE_bootimage-gen"), &exe).unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -78,7 +93,7 @@ fn built() -> &'static Built {
         let t = Instant::now();
         let o = unprivileged(&[
             "generate",
-            &oci("release"),
+            &release(),
             "metal",
             "qemu",
             "--no-ostree-archive",
@@ -100,7 +115,7 @@ fn built() -> &'static Built {
         let o = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
             .args([
                 "generate",
-                &oci("release"),
+                &release(),
                 "metal",
                 "--no-ostree-archive",
                 "--backend",
@@ -173,7 +188,7 @@ fn unprivileged_user_builds_in_an_emulated_vm() {
     // A cached appliance: a second run does not rebuild it.
     let o = unprivileged(&[
         "generate",
-        &oci("release"),
+        &release(),
         "--dry-run",
         "metal",
         "--cache-dir",
@@ -191,7 +206,7 @@ fn kvm_backend_needs_a_usable_dev_kvm() {
     let _ = built();
     let o = unprivileged(&[
         "generate",
-        &oci("release"),
+        &release(),
         "metal",
         "--backend",
         "kvm",
@@ -209,7 +224,7 @@ fn kvm_backend_needs_a_usable_dev_kvm() {
     assert!(e.contains("--backend nokvm"), "{e}");
     let o = unprivileged(&[
         "generate",
-        &oci("release"),
+        &release(),
         "metal",
         "--backend",
         "loopback",

@@ -131,6 +131,10 @@ fn all_builds_every_supported_platform_once() {
         "vmware",
         "azure",
         "gcp",
+        "live-iso",
+        "live-kernel",
+        "live-initramfs",
+        "live-rootfs",
         "ostree",
     ] {
         assert!(

@@ -58,22 +58,22 @@ pub fn choose(b: Backend) -> Result<Chosen> {
                 "--backend loopback cannot run here: {why}; --backend nokvm needs no privileges"
             ),
         },
-        Backend::Kvm => match vm_missing(true) {
-            None => Ok(Chosen {
-                name: "kvm",
-                reason: "--backend kvm".into(),
-            }),
-            Some(why) => bail!(
-                "--backend kvm cannot run here: {why}; use --backend nokvm, or give this user access to /dev/kvm (the kvm group)"
-            ),
-        },
-        Backend::Nokvm => match vm_missing(false) {
-            None => Ok(Chosen {
-                name: "nokvm",
-                reason: "--backend nokvm".into(),
-            }),
-            Some(why) => bail!("--backend nokvm cannot run here: {why}"),
-        },
+        Backend::Kvm | Backend::Nokvm => {
+            let (name, kvm) = match b {
+                Backend::Kvm => ("kvm", true),
+                _ => ("nokvm", false),
+            };
+            match vm_missing(kvm) {
+                None => Ok(Chosen {
+                    name,
+                    reason: format!("--backend {name}"),
+                }),
+                Some(why) if kvm => bail!(
+                    "--backend kvm cannot run here: {why}; use --backend nokvm, or give this user access to /dev/kvm (the kvm group)"
+                ),
+                Some(why) => bail!("--backend nokvm cannot run here: {why}"),
+            }
+        }
         Backend::Auto => {
             let Some(no_loop) = loopback_missing() else {
                 return Ok(Chosen {

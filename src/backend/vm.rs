@@ -331,7 +331,7 @@ fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Outcome {
-    Ok(DiskOutput),
+    Ok(Box<DiskOutput>),
     /// The error chain, outermost first.
     Error(Vec<String>),
 }
@@ -342,7 +342,7 @@ pub fn job_main(a: VmJobArgs) -> Result<()> {
         let r = Reporter::new(crate::cli::Progress::Plain);
         j.run(&r)
     }) {
-        Ok(o) => Outcome::Ok(o),
+        Ok(o) => Outcome::Ok(Box::new(o)),
         Err(e) => Outcome::Error(e.chain().map(|c| c.to_string()).collect()),
     };
     let bytes = serde_json::to_vec(&outcome)?;
@@ -551,7 +551,7 @@ pub fn run(
     let _ = std::fs::remove_file(&guest_exe);
     let _ = std::fs::remove_dir_all(vmdir.join("tmp"));
     match outcome {
-        Outcome::Ok(o) => Ok(o),
+        Outcome::Ok(o) => Ok(*o),
         Outcome::Error(chain) => Err(rebuild(chain)),
     }
 }

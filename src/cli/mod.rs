@@ -26,6 +26,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what a release image holds: version, OS image, OS format, commit,
@@ -131,6 +133,38 @@ pub struct GenerateArgs {
     /// Worker threads for encoding and compression (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+/// Registering the aws disk as an AMI (SPEC 6.3), for regions the
+/// release's pinned AMIs do not cover.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "AWS")]
+pub struct AwsArgs {
+    /// Upload the aws disk as an EBS snapshot (EBS direct API, all-zero
+    /// blocks skipped) and register it as an AMI in each --aws-region; an
+    /// AMI of the same name already there is reused. Credentials, profile
+    /// and default region come from the standard AWS chain (AWS_* variables,
+    /// ~/.aws/config and ~/.aws/credentials, AWS_PROFILE). The AMIs go to
+    /// meta.json `amis` and stream.json `images.aws.regions`. Needs the aws
+    /// platform.
+    #[arg(long)]
+    pub aws_register: bool,
+    /// Region to register the AMI in (repeat for several, e.g. us-iso-east-1).
+    /// Default: the region of the AWS configuration (AWS_REGION, profile).
+    #[arg(long, value_name = "REGION", requires = "aws_register")]
+    pub aws_region: Vec<String>,
+    /// Endpoint URL of the EC2 and EBS APIs (private or disconnected regions,
+    /// or a local test endpoint), for every region. Per-service URLs can be
+    /// set with AWS_ENDPOINT_URL_EC2 and AWS_ENDPOINT_URL_EBS instead; a
+    /// private CA with AWS_CA_BUNDLE.
+    #[arg(long, value_name = "URL", requires = "aws_register")]
+    pub aws_endpoint_url: Option<String>,
+    /// Name of the AMI. Default: `<name>-<version>-<arch>`
+    /// (e.g. rhcos-418.94.202501221327-0-x86_64).
+    #[arg(long, value_name = "NAME", requires = "aws_register")]
+    pub aws_ami_name: Option<String>,
 }
 
 /// The VM of the kvm and nokvm backends.

@@ -3,13 +3,16 @@
 use super::input::{self, Input};
 use crate::backend;
 use crate::cli::GenerateArgs;
-use crate::disk::job::{BootSetting, DiskJob, DiskOutput, OS_EFI_DIR, OS_GRUB_BIOS_DIR};
+use crate::disk::job::{
+    BootSetting, DiskJob, DiskOutput, LiveJob, LiveStage, OS_EFI_DIR, OS_GRUB_BIOS_DIR,
+};
 use crate::disk::{deploy, derive, layout::Layout};
 use crate::io::compress::{self, Compressor};
 use crate::io::view::{Composite, DiskView, FileView, Patch};
+use crate::live::{self, iso::Syslinux};
 use crate::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::oscontainer::{OsFormat, OsInfo};
-use crate::plan::{Plan, PlanArtifact, PlanInput};
+use crate::plan::{Plan, PlanArtifact, PlanInput, LIVE};
 use crate::platforms::{self, PlatformSpec};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
@@ -24,12 +27,23 @@ const SPACE_MARGIN: u64 = 64 << 20;
 pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
     let specs = parse_platforms(&a.platforms)?;
+    let aws_settings = crate::aws::Settings::from_args(&a.aws)?;
+    if aws_settings.is_some() && !specs.iter().any(|p| p.name == "aws") {
+        bail!(
+            "--aws-register registers the aws disk: add the aws platform (or all) to the platforms"
+        );
+    }
     let compressor = a.compress.as_deref().map(Compressor::parse).transpose()?;
     if let Some(u) = &a.base_url {
         check_base_url(u)?;
     }
     check_output_dir(&a.output)?;
     let chosen = backend::choose(a.backend)?;
+    // Region and credentials from the AWS chain, before anything is built.
+    let aws = aws_settings
+        .as_ref()
+        .map(crate::aws::Session::connect)
+        .transpose()?;
     let input = Input::from_args(&a.input)?;
     let reporter = Reporter::new(a.progress);
     let loaded = super::block_on(input::load(&input, !a.dry_run))?;
@@ -38,11 +52,21 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,
     };
-    let specs = if a.platforms.iter().any(|p| p == ALL) {
+    let mut specs = if a.platforms.iter().any(|p| p == ALL) {
         restrict_to_os(specs, &a.platforms, os, &loaded.resolved.arch)
     } else {
         specs
     };
+    // `all` includes live only when the OS has what it needs; named
+    // explicitly, live fails below with the reason instead.
+    if a.platforms.iter().any(|p| p == ALL) && !a.platforms.iter().any(|p| p == LIVE) {
+        if let Some(o) = os.filter(|_| specs.iter().any(|p| p.name == LIVE)) {
+            if let Err(e) = check_live(&loaded.cache.repo, o) {
+                reporter.note(&format!("all: leaving {LIVE} out: {e:#}"));
+                specs.retain(|p| p.name != LIVE);
+            }
+        }
+    }
     let plan = Plan::build(PlanInput {
         resolved: &loaded.resolved,
         os,
@@ -57,8 +81,17 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         return Ok(());
     }
     let os = os.context("the OS was imported")?;
+    let ami_spec = match &aws_settings {
+        Some(s) => Some(aws_preflight(s, aws.as_ref(), &plan, os, &reporter)?),
+        None => None,
+    };
     let commit = &os.commit;
     check_bootloader(&loaded.cache.repo, commit, &plan)?;
+    let syslinux = if plan.artifacts.iter().any(|x| x.live.is_some()) {
+        Some(check_live(&loaded.cache.repo, os)?)
+    } else {
+        None
+    };
     let new_meta = start_meta(&plan, os, &loaded.resolved);
     if let Some(old) = meta::read_meta(&a.output)? {
         if !old.same_build(&new_meta) {
@@ -100,6 +133,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         threads,
         raw_dir: a.debug_raw_dir.as_deref(),
         chunks: compress::ChunkCache::new(&work.path().join("chunks.cache"))?,
+        syslinux,
+        aws: aws.as_ref().zip(ami_spec.as_ref()),
     };
     let job = b.disk_job()?;
     let out = match plan.backend.name {
@@ -110,12 +145,27 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let mut m = new_meta;
     for art in &plan.artifacts {
         cancel::check()?;
+        if art.live.is_some() {
+            for (key, entry) in b.live_artifacts(&base, art)? {
+                m.images.insert(key, entry);
+            }
+            continue;
+        }
         let entry = b.artifact(&base, art)?;
         m.images.insert(art.meta_key.clone(), entry);
     }
     if !a.no_ostree_archive {
         let (key, entry) = b.ostree_archive(&input)?;
         m.images.insert(key, entry);
+    }
+    // AMIs registered by --aws-register (SPEC 6.3), with their snapshots.
+    for r in aws.as_ref().map(|s| s.results()).unwrap_or_default() {
+        m.amis.retain(|x| x.name != r.region);
+        m.amis.push(meta::Ami {
+            name: r.region,
+            hvm: r.ami,
+            snapshot: r.snapshot,
+        });
     }
     let pinned = &loaded.resolved.pinned_amis;
     if plan.artifacts.iter().any(|x| x.platform == "aws") {
@@ -166,6 +216,30 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         a.output.display()
     ));
     Ok(())
+}
+
+/// `--aws-register`: the aws disk must be planned; the AMI to register;
+/// each region reached with the credentials before the disk is built.
+fn aws_preflight(
+    s: &crate::aws::Settings,
+    session: Option<&crate::aws::Session>,
+    plan: &Plan,
+    os: &OsInfo,
+    r: &Reporter,
+) -> Result<crate::aws::AmiSpec> {
+    if !plan.artifacts.iter().any(|x| x.platform == "aws") {
+        bail!("--aws-register needs the aws platform, which is not planned (the OS's platforms.json lacks it); name aws explicitly");
+    }
+    let spec = crate::aws::AmiSpec::new(
+        s,
+        &plan.name,
+        &plan.version,
+        &plan.release.arch,
+        &plan.release.version,
+        &os.config.image,
+    )?;
+    session.context("AWS session")?.preflight(&spec, r)?;
+    Ok(spec)
 }
 
 /// The platform named `all`: every platform this tool builds.
@@ -314,6 +388,59 @@ fn check_bootloader(
     Ok(())
 }
 
+/// The OS and the host must have what the live ISO needs (SPEC 5): a
+/// usable initramfs, the EFI GRUB vendor directory (for the ISO's
+/// `EFI/<vendor>/grub.cfg` and efiboot.img), a squashfs live root, and
+/// ISOLINUX on the host. Checked before anything is built.
+fn check_live(repo: &crate::oscontainer::repo::Repo, os: &OsInfo) -> Result<Syslinux> {
+    let commit = &os.commit;
+    let short = input::short(commit);
+    let fstype = &os.config.image.live_rootfs_fstype.value;
+    if fstype != "squashfs" {
+        bail!("the OS's image.json asks for live-rootfs-fstype '{fstype}'; this tool builds the live rootfs as squashfs only (SPEC 5); build the OS with the default (squashfs)");
+    }
+    let kdir = format!("/usr/lib/modules/{}", os.kernel_version);
+    let initrd = format!("{kdir}/{}", live::INITRAMFS_NAME);
+    let Some(data) = repo.read_file(commit, &initrd)? else {
+        bail!("the OS has no initramfs {initrd} in commit {short}; the live initramfs is the OS's own initramfs with the live files appended; use an OS image that ships its initramfs next to the kernel (as CoreOS does)");
+    };
+    live::check_initramfs(
+        &data,
+        &format!("the OS's initramfs {initrd} (commit {short})"),
+    )?;
+    let efi = format!("/{OS_EFI_DIR}");
+    let mut vendors = Vec::new();
+    for (is_dir, name) in repo.list_dir(commit, &efi)?.unwrap_or_default() {
+        if !is_dir || name.eq_ignore_ascii_case("BOOT") {
+            continue;
+        }
+        let files = repo
+            .list_dir(commit, &format!("{efi}/{name}"))?
+            .unwrap_or_default();
+        if files.iter().any(|(d, n)| {
+            let n = n.to_ascii_lowercase();
+            !d && n.starts_with("grub") && n.ends_with(".efi")
+        }) {
+            vendors.push(name);
+        }
+    }
+    if vendors.len() != 1 {
+        let what = if vendors.is_empty() {
+            format!("no vendor directory with a grub*.efi under {efi}")
+        } else {
+            format!(
+                "several vendor directories under {efi} ({})",
+                vendors.join(", ")
+            )
+        };
+        if os.config.has_live_templates {
+            bail!("the live ISO boots UEFI machines with the OS's GRUB and puts its menu next to it in EFI/<vendor>/, but commit {short} has {what}; use an OS image that ships its bootupd EFI tree (e.g. EFI/redhat/grubx64.efi)");
+        }
+        bail!("the OS ships no live ISO menu templates ({}) and the built-in menus cannot be used either: they need the OS's EFI GRUB in a vendor directory ({efi}/<vendor>/grub*.efi, where the UEFI menu EFI/<vendor>/grub.cfg goes), and commit {short} has {what}; use an OS image that ships coreos-assembler's live/ templates and its bootupd EFI tree", crate::osconfig::LIVE_DIR);
+    }
+    Syslinux::find()
+}
+
 /// Free bytes for unprivileged users on the filesystem holding `p`, and its device.
 fn free_space(p: &Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -344,6 +471,11 @@ fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
         .any(|x| x.platform == "qemu" && x.compressed)
     {
         work_need += data;
+    }
+    // Live: the squashfs and the rootfs cpio holding it (the ISO links to
+    // the rootfs), each at most the data.
+    if plan.artifacts.iter().any(|x| x.live.is_some()) {
+        work_need += 2 * data;
     }
     // Each artifact holds at most the disk's data (compressed about half),
     // plus the OS container archive.
@@ -418,6 +550,8 @@ pub struct Base {
     esp4k: Option<PathBuf>,
     /// Boot filesystem image per [`BootSetting::key`].
     boots: std::collections::BTreeMap<String, PathBuf>,
+    /// Live files made from the mounted deployment, when live is planned.
+    live: Option<LiveStage>,
 }
 
 impl Base {
@@ -430,6 +564,7 @@ impl Base {
             layout: Layout::new(metal_size, 512)?,
             esp4k: out.esp4k,
             boots: out.boots,
+            live: out.live,
         })
     }
 }
@@ -447,6 +582,10 @@ struct Builder<'a> {
     /// Compressed chunks of the base disk's unchanged ranges, shared by
     /// the platforms whose outputs lay the disk out at the same offsets.
     chunks: compress::ChunkCache,
+    /// The host's ISOLINUX, when live is planned.
+    syslinux: Option<Syslinux>,
+    /// `--aws-register`: where and what to register the aws disk as.
+    aws: Option<(&'a crate::aws::Session, &'a crate::aws::AmiSpec)>,
 }
 
 impl Builder<'_> {
@@ -501,7 +640,89 @@ impl Builder<'_> {
             esp4k: self.plan.artifacts.iter().any(|x| x.sector_size == 4096),
             bios: self.plan.artifacts.iter().any(|x| x.bios),
             boots,
+            live: self
+                .plan
+                .artifacts
+                .iter()
+                .find_map(|x| x.live.clone())
+                .map(|plan| LiveJob {
+                    plan,
+                    version: self.os.version.clone(),
+                    timestamp: self.os.timestamp,
+                    title: self
+                        .os
+                        .os_release
+                        .get("NAME")
+                        .cloned()
+                        .unwrap_or_else(|| self.os.osname.clone()),
+                    threads: self.threads,
+                }),
         })
+    }
+
+    /// The live ISO and the PXE files, published together.
+    fn live_artifacts(&self, base: &Base, art: &PlanArtifact) -> Result<Vec<(String, ImageEntry)>> {
+        let l = art.live.as_ref().context("live plan")?;
+        let st = base.live.as_ref().context("live files staged")?;
+        let sys = self.syslinux.as_ref().context("syslinux checked")?;
+        let temp = |name: &str| {
+            tempfile::Builder::new()
+                .prefix(&format!(".{name}."))
+                .suffix(".partial")
+                .tempfile_in(self.out)
+                .with_context(|| format!("creating a temporary file in {}", self.out.display()))
+        };
+        let step = self.r.step("live-iso");
+        let iso_tmp = temp(&l.iso)?;
+        let stage = st.dir.join("iso");
+        cancel::pause_point("iso")?;
+        live::iso::build_iso(
+            &stage,
+            iso_tmp.path(),
+            &live::iso::IsoInput {
+                volid: &l.volume_id,
+                kernel: &st.kernel,
+                initramfs: &st.initramfs,
+                rootfs: &st.rootfs,
+                efiboot: &st.efiboot,
+                menus: &st.menus,
+                syslinux: sys,
+                mtime: self.os.timestamp,
+            },
+        )?;
+        std::fs::remove_dir_all(&stage).ok();
+        let mut done = vec![(
+            meta::IMAGE_KEY_LIVE_ISO.to_string(),
+            file_entry(&l.iso, iso_tmp.path(), Some(true))?,
+            iso_tmp,
+            l.iso.clone(),
+        )];
+        step.done(&format!(
+            "{} (volume id {}, {} MiB)",
+            l.iso,
+            l.volume_id,
+            done[0].1.size >> 20
+        ));
+        for (key, src, name) in [
+            (meta::IMAGE_KEY_LIVE_KERNEL, &st.kernel, &l.kernel),
+            (meta::IMAGE_KEY_LIVE_INITRAMFS, &st.initramfs, &l.initramfs),
+            (meta::IMAGE_KEY_LIVE_ROOTFS, &st.rootfs, &l.rootfs),
+        ] {
+            cancel::check()?;
+            let tmp = temp(name)?;
+            std::fs::copy(src, tmp.path()).with_context(|| {
+                format!("copying {} to {}", src.display(), tmp.path().display())
+            })?;
+            let e = file_entry(name, tmp.path(), Some(true))?;
+            done.push((key.to_string(), e, tmp, name.clone()));
+        }
+        cancel::check()?;
+        let mut out = Vec::new();
+        for (key, entry, tmp, name) in done {
+            publish(tmp, &self.out.join(&name))?;
+            out.push((key, entry));
+        }
+        Ok(out)
     }
 
     /// Derive, encode, compress and publish one artifact.
@@ -617,6 +838,10 @@ impl Builder<'_> {
             }
         };
         cancel::check()?;
+        if let Some((aws, spec)) = self.aws.filter(|_| art.platform == "aws") {
+            // The snapshot holds the same bytes the VMDK encodes.
+            aws.register(&view, spec, self.r)?;
+        }
         let dst = self.out.join(&art.file);
         publish(tmp, &dst)?;
         step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));

@@ -11,7 +11,8 @@ use super::{
     mkfs,
 };
 use crate::backend::loopback::{LoopDevice, Mounted};
-use crate::plan::{PlanArtifact, PlanDisk};
+use crate::live;
+use crate::plan::{PlanArtifact, PlanDisk, PlanLive};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,32 @@ pub struct DiskJob {
     pub bios: bool,
     /// The distinct platform boot settings to derive.
     pub boots: Vec<BootSetting>,
+    /// The live files to make from the deployment, when live is planned.
+    pub live: Option<LiveJob>,
+}
+
+/// What the live files need besides the deployment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LiveJob {
+    pub plan: PlanLive,
+    /// OS version and commit time (the live files' time stamps).
+    pub version: String,
+    pub timestamp: i64,
+    /// The OS's name for the built-in menus.
+    pub title: String,
+    /// mksquashfs threads (0: all cores).
+    pub threads: usize,
+}
+
+/// The live files made while the deployment is mounted (in the work dir).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LiveStage {
+    pub dir: PathBuf,
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    pub rootfs: PathBuf,
+    pub efiboot: PathBuf,
+    pub menus: live::Rendered,
 }
 
 /// What a platform changes on the boot filesystem.
@@ -97,6 +124,8 @@ pub struct DiskOutput {
     pub esp4k: Option<PathBuf>,
     /// Boot filesystem image per [`BootSetting::key`].
     pub boots: BTreeMap<String, PathBuf>,
+    /// The live files, when asked for.
+    pub live: Option<LiveStage>,
 }
 
 impl DiskJob {
@@ -203,6 +232,10 @@ impl DiskJob {
             bios::install_bios(&file, &layout, &grub, &self.work)?;
             bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
         }
+        let live = match &self.live {
+            Some(l) => Some(self.live_stage(l, r, root_m.path(), &tree, &efi_src, &vendor)?),
+            None => None,
+        };
         boot_m.close()?;
         root_m.close()?;
         file.sync_all()?;
@@ -217,6 +250,118 @@ impl DiskJob {
             entries,
             esp4k,
             boots: BTreeMap::new(),
+            live,
+        })
+    }
+
+    /// Kernel, initramfs, menus, efiboot.img and rootfs of the live
+    /// artifacts, from the deployed metal tree (`root`: the root filesystem
+    /// with `/boot` mounted; `tree`: the deployment).
+    fn live_stage(
+        &self,
+        lj: &LiveJob,
+        r: &Reporter,
+        root: &Path,
+        tree: &Path,
+        efi_src: &Path,
+        vendor: &str,
+    ) -> Result<LiveStage> {
+        let l = &lj.plan;
+        let dir = self.work.join("live");
+        std::fs::create_dir_all(&dir)?;
+        let kdir = tree.join("usr/lib/modules").join(&self.kernel_version);
+        let mtime = u32::try_from(lj.timestamp.max(0)).unwrap_or(u32::MAX);
+        let mib = |p: &Path| -> Result<u64> { Ok(std::fs::metadata(p)?.len() >> 20) };
+
+        let step = r.step("live-kernel");
+        let kernel = dir.join("vmlinuz");
+        let src = kdir.join(live::KERNEL_NAME);
+        std::fs::copy(&src, &kernel)
+            .with_context(|| format!("copying the kernel {}", src.display()))?;
+        step.done(&format!(
+            "usr/lib/modules/{}/{} ({} MiB)",
+            self.kernel_version,
+            live::KERNEL_NAME,
+            mib(&kernel)?
+        ));
+
+        let step = r.step("live-initramfs");
+        let src = kdir.join(live::INITRAMFS_NAME);
+        let os_initrd = std::fs::read(&src)
+            .with_context(|| format!("reading the OS's initramfs {}", src.display()))?;
+        live::check_initramfs(&os_initrd, &format!("the OS's initramfs {}", src.display()))?;
+        let addon = live::live_initramfs_addon(&lj.version, mtime)?;
+        let initramfs = dir.join("initrd.img");
+        std::fs::write(&initramfs, live::live_initramfs(&os_initrd, &addon))
+            .with_context(|| format!("writing {}", initramfs.display()))?;
+        step.done(&format!(
+            "OS initramfs + {} bytes of live files ({} MiB)",
+            addon.len(),
+            mib(&initramfs)?
+        ));
+
+        let live_dir = tree.join(crate::osconfig::LIVE_DIR.trim_start_matches('/'));
+        let templates = if live_dir.is_dir() {
+            live::read_templates(&live_dir, vendor).with_context(|| {
+                format!(
+                    "reading the OS's live menu templates {}",
+                    live_dir.display()
+                )
+            })?
+        } else {
+            let title = &lj.title;
+            r.note(&format!(
+                "live: the OS ships no menu templates ({}); using the built-in menus",
+                crate::osconfig::LIVE_DIR
+            ));
+            live::builtin_templates(vendor, title)
+        };
+        let menus = live::render(&templates, &l.volume_id, &lj.version, &l.kargs)?;
+        let stub = live::iso::efiboot_stub_cfg(&l.volume_id, vendor);
+        let efiboot = dir.join("efiboot.img");
+        let efi_tree = dir.join("efi");
+        live::iso::efiboot_tree(efi_src, vendor, &efi_tree)
+            .context("preparing the EFI tree of efiboot.img")?;
+        let size = live::iso::efiboot_size(&efi_tree, 2 * stub.len() as u64)?;
+        let volid_hash = crate::util::sha256_hex(l.volume_id.as_bytes());
+        let fat_id = u32::from_str_radix(&volid_hash[..8], 16).expect("hex");
+        esp::build_esp_file(
+            &efiboot,
+            size,
+            512,
+            fat_id,
+            live::iso::EFIBOOT_LABEL,
+            &efi_tree,
+            &[
+                (format!("EFI/{vendor}/grub.cfg"), stub.clone().into_bytes()),
+                ("EFI/BOOT/grub.cfg".to_string(), stub.into_bytes()),
+            ],
+        )?;
+        std::fs::remove_dir_all(&efi_tree).ok();
+
+        let step = r.step("live-rootfs");
+        let threads = if lj.threads > 0 {
+            lj.threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        };
+        let sq = dir.join(live::ROOT_SQUASHFS);
+        cancel::pause_point("squashfs")?;
+        live::make_squashfs(root, &sq, lj.timestamp, threads)?;
+        let rootfs = dir.join("rootfs.img");
+        live::write_rootfs_img(&sq, &rootfs, mtime)?;
+        std::fs::remove_file(&sq).ok();
+        step.done(&format!(
+            "squashfs (zstd, {threads} threads) of the deployed tree in a cpio ({} MiB)",
+            mib(&rootfs)?
+        ));
+        Ok(LiveStage {
+            dir,
+            kernel,
+            initramfs,
+            rootfs,
+            efiboot,
+            menus,
         })
     }
 

@@ -1,0 +1,614 @@
+//! Live ISO and PXE artifacts (SPEC 5): the PXE kernel, initramfs and rootfs,
+//! and a hybrid ISO holding them, shaped like the CoreOS ones so that
+//! `coreos-installer iso|pxe ...` can customise them. Sources: osbuild
+//! `org.osbuild.coreos.live-artifacts.mono`, coreos-installer `src/live/`
+//! (what it reads: `coreos/igninfo.json`, `coreos/kargs.json`, the embed
+//! areas); the code here is our own.
+//!
+//! - [`cpio`]: our newc writer (the rootfs image and the appended initramfs).
+//! - [`iso`]: the ISO tree and xorriso (El Torito BIOS + EFI, hybrid MBR/GPT).
+//! - here: volume id, kernel arguments, initramfs checks, boot menu
+//!   templates and their karg embed areas, the squashfs.
+pub mod cpio;
+pub mod iso;
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// ISO9660 volume ids hold at most 32 characters (ECMA-119 8.4.6); SPEC 5
+/// cuts `<osname>-<version>` there.
+pub const VOLUME_ID_MAX: usize = 32;
+/// Size of `images/ignition.img`, the Ignition embed area (SPEC 5).
+pub const IGNITION_IMG_SIZE: u64 = 256 * 1024;
+/// `#` characters of a karg embed area line after the kernel arguments
+/// (SPEC 5; coreos-installer `src/live/embed.rs`).
+pub const KARG_EMBED_PAD: usize = 1024;
+/// Marker after the pad of a karg embed area line.
+pub const KARG_EMBED_MARKER: &str = " COREOS_KARG_EMBED_AREA";
+/// coreos-installer refuses karg embed areas larger than this.
+pub const KARG_EMBED_MAX: usize = 2048;
+/// Placeholders of the OS's `live/` menu templates (cosa `live/`).
+pub const PH_KARGS: &str = "@@KERNEL-ARGS@@";
+pub const PH_VOLID: &str = "@@VOLUME-ID@@";
+pub const PH_VERSION: &str = "@@VERSION@@";
+/// The OS's initramfs and kernel, relative to `/usr/lib/modules/<kver>/`.
+pub const KERNEL_NAME: &str = "vmlinuz";
+pub const INITRAMFS_NAME: &str = "initramfs.img";
+/// Where the rootfs cpio puts the squashfs (kernel unpacks it to `/root.squashfs`).
+pub const ROOT_SQUASHFS: &str = "root.squashfs";
+/// Byte offset of the squashfs in `rootfs.img` (newc header + name).
+pub const ROOT_SQUASHFS_OFFSET: u64 = 124;
+/// Files of the appended live initramfs cpio (SPEC 5).
+pub const LIVE_INITRAMFS_STAMP: &str = "etc/coreos-live-initramfs";
+pub const FEATURES_IN_INITRAMFS: &str = "etc/coreos/features.json";
+/// Menu files of the built-in templates (relative to the ISO root).
+pub const ISOLINUX_CFG: &str = "isolinux/isolinux.cfg";
+
+/// `coreos/features.json` (and `etc/coreos/features.json` in the initramfs).
+pub fn features_json() -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(&json!({
+        "installer-config": true,
+        "live-initrd-network": true,
+    }))
+    .expect("static json");
+    v.push(b'\n');
+    v
+}
+
+/// `coreos/igninfo.json`.
+pub fn igninfo_json() -> Vec<u8> {
+    let mut v =
+        serde_json::to_vec_pretty(&json!({"file": "images/ignition.img"})).expect("static json");
+    v.push(b'\n');
+    v
+}
+
+/// ISO volume id: `<osname>-<version>` cut to 32 characters (SPEC 5). Only
+/// ASCII characters are kept (a volume id is ASCII).
+pub fn volume_id(osname: &str, version: &str) -> String {
+    format!("{osname}-{version}")
+        .chars()
+        .filter(|c| c.is_ascii() && !c.is_ascii_control())
+        .take(VOLUME_ID_MAX)
+        .collect()
+}
+
+/// Live kernel arguments (SPEC 5): metal's minus `$ignition_firstboot`,
+/// `console=`, `ignition.platform.id=` and `ostree=`, plus
+/// `coreos.liveiso=<volid> ignition.firstboot ignition.platform.id=metal`.
+pub fn live_kargs(metal: &[String], volid: &str) -> Result<Vec<String>> {
+    if volid.contains(char::is_whitespace) {
+        bail!("volume id '{volid}' holds white space; it cannot be a kernel argument value");
+    }
+    let mut k: Vec<String> = metal
+        .iter()
+        .filter(|a| {
+            let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
+            !(a.as_str() == "$ignition_firstboot"
+                || name == "console"
+                || name == "ignition.platform.id"
+                || name == "ostree"
+                || name == "coreos.liveiso"
+                || name == "ignition.firstboot")
+        })
+        .cloned()
+        .collect();
+    k.push(format!("coreos.liveiso={volid}"));
+    k.push("ignition.firstboot".into());
+    k.push("ignition.platform.id=metal".into());
+    Ok(k)
+}
+
+/// What an initramfs file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitrdFormat {
+    Cpio,
+    Gzip,
+    Xz,
+    Zstd,
+}
+
+/// Check that `data` is a newc cpio archive, or one compressed with gzip, xz
+/// or zstd (what dracut and the kernel use), by its first archive header.
+pub fn check_initramfs(data: &[u8], what: &str) -> Result<InitrdFormat> {
+    let fix = "the live initramfs is the OS's own initramfs with a cpio appended, so it must be one; the OS image looks broken: use a release whose OS ships a dracut initramfs";
+    let head: Vec<u8> = data.iter().take(8).copied().collect();
+    let hex = hex::encode(&head);
+    let (fmt, mut r): (InitrdFormat, Box<dyn Read + '_>) = match data {
+        [b'0', b'7', b'0', b'7', b'0', b'1' | b'2', ..] => return Ok(InitrdFormat::Cpio),
+        [0x1f, 0x8b, ..] => (
+            InitrdFormat::Gzip,
+            Box::new(flate2::read::MultiGzDecoder::new(data)),
+        ),
+        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => {
+            (InitrdFormat::Xz, Box::new(xz2::read::XzDecoder::new(data)))
+        }
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => (
+            InitrdFormat::Zstd,
+            Box::new(zstd::stream::read::Decoder::new(data)?),
+        ),
+        [] => bail!("{what} is empty; {fix}"),
+        _ => bail!(
+            "{what} is not a cpio archive, nor a gzip-, xz- or zstd-compressed one (it starts with bytes {hex}); {fix}"
+        ),
+    };
+    let mut magic = [0u8; 6];
+    r.read_exact(&mut magic).with_context(|| {
+        format!("{what} looks {fmt:?}-compressed but does not decompress; {fix}")
+    })?;
+    if &magic != cpio::NEWC_MAGIC && &magic != cpio::CRC_MAGIC {
+        bail!(
+            "{what} is {fmt:?}-compressed but holds no newc cpio archive (it starts with {}); {fix}",
+            String::from_utf8_lossy(&magic).escape_debug()
+        );
+    }
+    Ok(fmt)
+}
+
+/// The gzip-compressed newc cpio appended to the OS's initramfs (SPEC 5).
+pub fn live_initramfs_addon(version: &str, mtime: u32) -> Result<Vec<u8>> {
+    let mut w = cpio::Writer::new(Vec::new(), mtime);
+    w.dir("etc", 0o755)?;
+    w.dir("etc/coreos", 0o755)?;
+    w.file(
+        LIVE_INITRAMFS_STAMP,
+        0o644,
+        format!("{version}\n").as_bytes(),
+    )?;
+    w.file(FEATURES_IN_INITRAMFS, 0o644, &features_json())?;
+    let raw = w.finish()?;
+    // mtime 0 in the gzip header: the same input gives the same bytes.
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &raw)?;
+    Ok(gz.finish()?)
+}
+
+/// The live initramfs: the OS's one, then the addon. No padding: the
+/// kernel finds a compressed archive at any offset, and coreos-installer
+/// takes bytes after a compressed archive for another archive.
+pub fn live_initramfs(os_initrd: &[u8], addon: &[u8]) -> Vec<u8> {
+    let mut v = os_initrd.to_vec();
+    v.extend_from_slice(addon);
+    v
+}
+
+/// Squash `src` (the deployed metal root) into `dst` with zstd on `threads`
+/// cores; every time stamp (files and the superblock) is `mtime`, so the
+/// same tree gives the same bytes.
+pub fn make_squashfs(src: &Path, dst: &Path, mtime: i64, threads: usize) -> Result<()> {
+    let t = mtime.max(0).to_string();
+    let mut c = crate::util::cmd::new("mksquashfs", [src.as_os_str(), dst.as_os_str()]);
+    c.args(["-noappend", "-no-progress", "-comp", "zstd", "-processors"])
+        .arg(threads.max(1).to_string())
+        .args(["-mkfs-time", &t, "-all-time", &t]);
+    crate::util::cmd::run(&mut c)
+        .with_context(|| format!("squashing the deployed tree {}", src.display()))?;
+    Ok(())
+}
+
+/// `rootfs.img`: an uncompressed newc cpio whose first entry is
+/// `root.squashfs`, so the squashfs starts at byte 124 (SPEC 5).
+pub fn write_rootfs_img(squashfs: &Path, dst: &Path, mtime: u32) -> Result<()> {
+    let f =
+        std::fs::File::open(squashfs).with_context(|| format!("opening {}", squashfs.display()))?;
+    let len = f.metadata()?.len();
+    let out = std::fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
+    let mut w = cpio::Writer::new(std::io::BufWriter::with_capacity(1 << 20, out), mtime);
+    let at = w.file_from(ROOT_SQUASHFS, 0o644, len, std::io::BufReader::new(f))?;
+    if at != ROOT_SQUASHFS_OFFSET {
+        bail!("root.squashfs landed at byte {at} of rootfs.img, not {ROOT_SQUASHFS_OFFSET}");
+    }
+    let out = w
+        .finish()?
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", dst.display()))?;
+    out.sync_all()?;
+    Ok(())
+}
+
+/// A boot menu template (or any file of the OS's `live/` tree), by its path
+/// in the ISO.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Template {
+    pub path: String,
+    pub data: Vec<u8>,
+}
+
+/// The OS's `live/` tree as ISO files. `EFI/<dir>/` other than `EFI/BOOT`
+/// becomes `EFI/<vendor>/` (the OS's own vendor directory), as the menu
+/// must sit next to the EFI GRUB that reads it.
+pub fn read_templates(live_dir: &Path, vendor: &str) -> Result<Vec<Template>> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = live_dir.join(&rel);
+        let rd = std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        for e in rd {
+            let e = e.with_context(|| format!("reading {}", dir.display()))?;
+            let r = rel.join(e.file_name());
+            let ft = e.file_type()?;
+            if ft.is_dir() {
+                stack.push(r);
+            } else if ft.is_file() {
+                let data = std::fs::read(e.path())
+                    .with_context(|| format!("reading {}", e.path().display()))?;
+                let s = r
+                    .to_str()
+                    .with_context(|| format!("{}: name is not UTF-8", e.path().display()))?;
+                let mut parts: Vec<&str> = s.split('/').collect();
+                if parts.len() > 2 && parts[0] == "EFI" && !parts[1].eq_ignore_ascii_case("BOOT") {
+                    parts[1] = vendor;
+                }
+                out.push(Template {
+                    path: parts.join("/"),
+                    data,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Built-in menus (SPEC 5) for an OS without `live/` templates: ISOLINUX
+/// for BIOS, GRUB for UEFI next to the OS's EFI GRUB (`EFI/<vendor>/`).
+/// Both on the serial console and the screen.
+pub fn builtin_templates(vendor: &str, title: &str) -> Vec<Template> {
+    let title = title.replace(['\'', '\n'], "");
+    let isolinux = format!(
+        "\
+# Live ISO boot menu for BIOS (ISOLINUX), built in to bootimage-gen.
+serial 0 115200
+default live
+prompt 0
+timeout 20
+
+label live
+  menu label {title} (Live)
+  kernel /images/pxeboot/vmlinuz
+  append initrd=/images/pxeboot/initrd.img,/images/ignition.img {PH_KARGS}
+"
+    );
+    let grub = format!(
+        "\
+# Live ISO boot menu for UEFI (GRUB), built in to bootimage-gen.
+serial --speed=115200
+terminal_input serial console
+terminal_output serial console
+set default=0
+set timeout=2
+search --no-floppy --set=root --label '{PH_VOLID}'
+
+menuentry '{title} (Live)' {{
+  linux /images/pxeboot/vmlinuz {PH_KARGS}
+  initrd /images/pxeboot/initrd.img /images/ignition.img
+}}
+"
+    );
+    vec![
+        Template {
+            path: format!("EFI/{vendor}/grub.cfg"),
+            data: grub.into_bytes(),
+        },
+        Template {
+            path: ISOLINUX_CFG.into(),
+            data: isolinux.into_bytes(),
+        },
+    ]
+}
+
+/// One karg embed area: `path` in the ISO, `offset` of the kargs in it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EmbedArea {
+    pub path: String,
+    pub offset: u64,
+}
+
+/// Menus rendered, and where their karg embed areas are.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Rendered {
+    pub files: Vec<Template>,
+    pub areas: Vec<EmbedArea>,
+    pub kargs: String,
+}
+
+impl Rendered {
+    /// `coreos/kargs.json` (SPEC 5): default kargs, areas sorted by path,
+    /// size = kargs + newline + 1023 pad bytes.
+    pub fn kargs_json(&self) -> Vec<u8> {
+        let files: Vec<_> = self
+            .areas
+            .iter()
+            .map(|a| json!({"path": a.path, "offset": a.offset, "pad": "#", "end": "\n"}))
+            .collect();
+        let mut v = serde_json::to_vec_pretty(&json!({
+            "default": self.kargs,
+            "files": files,
+            "size": self.area_size(),
+        }))
+        .expect("json");
+        v.push(b'\n');
+        v
+    }
+
+    pub fn area_size(&self) -> usize {
+        self.kargs.len() + 1 + KARG_EMBED_PAD - 1
+    }
+}
+
+/// Fill the placeholders of the templates: `@@VOLUME-ID@@`, `@@VERSION@@`,
+/// and `@@KERNEL-ARGS@@`, which must end its line and becomes the kargs
+/// followed by a line of 1024 `#` and ` COREOS_KARG_EMBED_AREA` (SPEC 5).
+/// Any other `@@NAME@@` left is an error, as is a template set without a
+/// kernel argument placeholder.
+pub fn render(
+    templates: &[Template],
+    volid: &str,
+    version: &str,
+    kargs: &[String],
+) -> Result<Rendered> {
+    let kargs = kargs.join(" ");
+    if kargs.len() + KARG_EMBED_PAD > KARG_EMBED_MAX {
+        bail!(
+            "the live kernel arguments are {} bytes long; coreos-installer accepts karg embed areas of at most {KARG_EMBED_MAX} bytes, so they must stay under {} bytes: shorten image.json extra-kargs",
+            kargs.len(),
+            KARG_EMBED_MAX - KARG_EMBED_PAD
+        );
+    }
+    let mut files = Vec::new();
+    let mut areas = Vec::new();
+    for t in templates {
+        let Ok(text) = std::str::from_utf8(&t.data) else {
+            // Binary files (splash images, ...) are copied as they are.
+            files.push(t.clone());
+            continue;
+        };
+        let text = text.replace(PH_VOLID, volid).replace(PH_VERSION, version);
+        let mut out = String::with_capacity(text.len() + 2048);
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(PH_KARGS) {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + PH_KARGS.len()..];
+            let eol = after.find('\n').unwrap_or(after.len());
+            if !after[..eol].trim().is_empty() {
+                bail!(
+                    "live template {}: {PH_KARGS} must end its line (found {:?} after it): the karg embed area follows it on the next line",
+                    t.path,
+                    &after[..eol]
+                );
+            }
+            areas.push(EmbedArea {
+                path: t.path.clone(),
+                offset: out.len() as u64,
+            });
+            out.push_str(&kargs);
+            out.push('\n');
+            out.push_str(&"#".repeat(KARG_EMBED_PAD));
+            out.push_str(KARG_EMBED_MARKER);
+            rest = &after[eol..];
+        }
+        out.push_str(rest);
+        if let Some(p) = leftover_placeholder(&out) {
+            bail!(
+                "live template {} holds the placeholder {p}, which this tool does not know ({PH_KARGS}, {PH_VOLID} and {PH_VERSION} are filled in)",
+                t.path
+            );
+        }
+        files.push(Template {
+            path: t.path.clone(),
+            data: out.into_bytes(),
+        });
+    }
+    if areas.is_empty() {
+        bail!(
+            "the live menu templates hold no {PH_KARGS}: the ISO needs the kernel arguments in its boot menus (templates: {})",
+            templates.iter().map(|t| t.path.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    areas.sort_by(|a, b| a.path.cmp(&b.path).then(a.offset.cmp(&b.offset)));
+    Ok(Rendered {
+        files,
+        areas,
+        kargs,
+    })
+}
+
+fn leftover_placeholder(s: &str) -> Option<String> {
+    let mut rest = s;
+    while let Some(i) = rest.find("@@") {
+        let after = &rest[i + 2..];
+        if let Some(j) = after.find("@@") {
+            let name = &after[..j];
+            if !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '-' || c == '_')
+            {
+                return Some(format!("@@{name}@@"));
+            }
+        }
+        rest = after;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn volume_id_is_cut_to_32() {
+        assert_eq!(volume_id("rhcos", "418.94.1"), "rhcos-418.94.1");
+        let long = volume_id("fedora-coreos", "40.20240101.3.0-extra-long-suffix");
+        assert_eq!(long.len(), VOLUME_ID_MAX);
+        assert_eq!(long, "fedora-coreos-40.20240101.3.0-ex");
+    }
+
+    #[test]
+    fn kargs_follow_spec() {
+        let metal = s(&[
+            "rw",
+            "$ignition_firstboot",
+            "mitigations=auto,nosmt",
+            "ignition.platform.id=metal",
+            "console=ttyS0,115200n8",
+            "ostree=/ostree/boot.1/x/y/0",
+        ]);
+        assert_eq!(
+            live_kargs(&metal, "rhcos-1").unwrap(),
+            s(&[
+                "rw",
+                "mitigations=auto,nosmt",
+                "coreos.liveiso=rhcos-1",
+                "ignition.firstboot",
+                "ignition.platform.id=metal"
+            ])
+        );
+    }
+
+    #[test]
+    fn initramfs_formats() {
+        let mut w = cpio::Writer::new(Vec::new(), 0);
+        w.file("init", 0o755, b"#!/bin/sh\n").unwrap();
+        let raw = w.finish().unwrap();
+        assert_eq!(check_initramfs(&raw, "x").unwrap(), InitrdFormat::Cpio);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &raw).unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(check_initramfs(&gz, "x").unwrap(), InitrdFormat::Gzip);
+        let zst = zstd::encode_all(&raw[..], 3).unwrap();
+        assert_eq!(check_initramfs(&zst, "x").unwrap(), InitrdFormat::Zstd);
+        let mut xz = xz2::write::XzEncoder::new(Vec::new(), 1);
+        std::io::Write::write_all(&mut xz, &raw).unwrap();
+        let xz = xz.finish().unwrap();
+        assert_eq!(check_initramfs(&xz, "x").unwrap(), InitrdFormat::Xz);
+        let e = check_initramfs(b"not an initramfs", "the OS's initramfs")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a cpio archive"), "{e}");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, b"hello world, no cpio").unwrap();
+        let e = format!(
+            "{:#}",
+            check_initramfs(&gz.finish().unwrap(), "i").unwrap_err()
+        );
+        assert!(e.contains("holds no newc cpio"), "{e}");
+        assert!(check_initramfs(&gz_trunc(), "i").is_err());
+    }
+
+    fn gz_trunc() -> Vec<u8> {
+        vec![0x1f, 0x8b, 8, 0]
+    }
+
+    #[test]
+    fn addon_is_a_gzip_cpio_with_the_live_files() {
+        let a = live_initramfs_addon("1.2.3", 0).unwrap();
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&a[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        assert_eq!(
+            cpio::list(&raw).unwrap(),
+            [
+                "etc",
+                "etc/coreos",
+                LIVE_INITRAMFS_STAMP,
+                FEATURES_IN_INITRAMFS
+            ]
+        );
+        let joined = live_initramfs(b"abcde", &a);
+        assert_eq!(&joined[..5], b"abcde");
+        assert_eq!(&joined[5..], &a[..]);
+        assert_eq!(a, live_initramfs_addon("1.2.3", 0).unwrap(), "reproducible");
+    }
+
+    #[test]
+    fn render_embed_areas() {
+        let t = builtin_templates("redhat", "RHCOS");
+        let kargs = s(&["coreos.liveiso=rhcos-1", "ignition.firstboot"]);
+        let r = render(&t, "rhcos-1", "1", &kargs).unwrap();
+        assert_eq!(r.areas.len(), 2);
+        assert_eq!(r.areas[0].path, "EFI/redhat/grub.cfg");
+        assert_eq!(r.areas[1].path, "isolinux/isolinux.cfg");
+        for a in &r.areas {
+            let f = r.files.iter().find(|f| f.path == a.path).unwrap();
+            let at = a.offset as usize;
+            let region = &f.data[at..at + r.area_size()];
+            let want = format!("{}\n{}", r.kargs, "#".repeat(KARG_EMBED_PAD - 1));
+            assert_eq!(region, want.as_bytes());
+            let tail = std::str::from_utf8(&f.data[at + r.area_size()..]).unwrap();
+            assert!(
+                tail.starts_with(&format!("#{KARG_EMBED_MARKER}\n")),
+                "{tail}"
+            );
+        }
+        let grub = String::from_utf8(r.files[0].data.clone()).unwrap();
+        assert!(grub.contains("--label 'rhcos-1'"), "{grub}");
+        let j: serde_json::Value = serde_json::from_slice(&r.kargs_json()).unwrap();
+        assert_eq!(j["default"], r.kargs);
+        assert_eq!(j["size"], r.kargs.len() + 1 + 1023);
+        assert_eq!(j["files"][1]["offset"], r.areas[1].offset);
+    }
+
+    #[test]
+    fn templates_follow_the_os_vendor_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let live = d.path();
+        std::fs::create_dir_all(live.join("EFI/fedora")).unwrap();
+        std::fs::create_dir_all(live.join("isolinux")).unwrap();
+        std::fs::write(
+            live.join("EFI/fedora/grub.cfg"),
+            "linux x @@KERNEL-ARGS@@\n",
+        )
+        .unwrap();
+        std::fs::write(
+            live.join("isolinux/isolinux.cfg"),
+            "append @@KERNEL-ARGS@@\n",
+        )
+        .unwrap();
+        std::fs::write(live.join("isolinux/splash.png"), [0x89, b'P', 0xff, 0xfe]).unwrap();
+        let t = read_templates(live, "redhat").unwrap();
+        let paths: Vec<&str> = t.iter().map(|t| t.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "EFI/redhat/grub.cfg",
+                "isolinux/isolinux.cfg",
+                "isolinux/splash.png"
+            ]
+        );
+        let r = render(&t, "v", "1", &s(&["a=b"])).unwrap();
+        // Binary files pass unchanged.
+        assert_eq!(r.files[2].data, [0x89, b'P', 0xff, 0xfe]);
+        assert_eq!(r.areas.len(), 2);
+        assert_eq!(r.areas[0].offset, "linux x ".len() as u64);
+    }
+
+    #[test]
+    fn render_rejects_bad_templates() {
+        let t = |d: &str| {
+            vec![Template {
+                path: "isolinux/isolinux.cfg".into(),
+                data: d.as_bytes().to_vec(),
+            }]
+        };
+        let k = s(&["a"]);
+        let e = render(&t("append @@KERNEL-ARGS@@ quiet\n"), "v", "1", &k).unwrap_err();
+        assert!(e.to_string().contains("must end its line"), "{e}");
+        let e = render(&t("append x\n"), "v", "1", &k).unwrap_err();
+        assert!(e.to_string().contains("no @@KERNEL-ARGS@@"), "{e}");
+        let e = render(&t("append @@KERNEL-ARGS@@\n@@FOO@@\n"), "v", "1", &k).unwrap_err();
+        assert!(e.to_string().contains("@@FOO@@"), "{e}");
+        let long = s(&[&"x".repeat(1100)]);
+        assert!(render(&t("append @@KERNEL-ARGS@@\n"), "v", "1", &long).is_err());
+    }
+}
