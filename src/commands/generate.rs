@@ -710,9 +710,13 @@ impl Builder<'_> {
         ] {
             cancel::check()?;
             let tmp = temp(name)?;
-            std::fs::copy(src, tmp.path()).with_context(|| {
-                format!("copying {} to {}", src.display(), tmp.path().display())
-            })?;
+            // The staged file's last use (the ISO is written): move it when
+            // the work and output dirs share a filesystem, else copy.
+            if std::fs::rename(src, tmp.path()).is_err() {
+                std::fs::copy(src, tmp.path()).with_context(|| {
+                    format!("copying {} to {}", src.display(), tmp.path().display())
+                })?;
+            }
             let e = file_entry(name, tmp.path(), Some(true))?;
             done.push((key.to_string(), e, tmp, name.clone()));
         }

@@ -340,11 +340,7 @@ impl DiskJob {
         std::fs::remove_dir_all(&efi_tree).ok();
 
         let step = r.step("live-rootfs");
-        let threads = if lj.threads > 0 {
-            lj.threads
-        } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        };
+        let threads = crate::util::threads(lj.threads);
         let sq = dir.join(live::ROOT_SQUASHFS);
         cancel::pause_point("squashfs")?;
         live::make_squashfs(root, &sq, lj.timestamp, threads)?;

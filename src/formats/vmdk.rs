@@ -276,10 +276,7 @@ fn write_vmdk_checked(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "disk.vmdk".into()),
     };
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+    let threads = crate::util::threads(threads);
     run(
         view,
         out,

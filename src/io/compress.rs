@@ -192,10 +192,7 @@ pub fn compress_view(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Written> {
-    if kind == Compressor::None {
-        return sparse::write_sparse(view, out, progress);
-    }
-    compress_view_chunked(kind, level, kind.chunk_size(), view, out, threads, progress)
+    compress_view_cached(kind, level, view, out, threads, progress, None)
 }
 
 /// [`compress_view`] with an explicit chunk size (for tests and the
@@ -210,6 +207,21 @@ pub fn compress_view_chunked(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Written> {
+    chunked(kind, level, chunk, view, out, threads, progress, None)
+}
+
+/// Validate the settings, then compress in `chunk`-sized pieces.
+#[allow(clippy::too_many_arguments)]
+fn chunked(
+    kind: Compressor,
+    level: u32,
+    chunk: usize,
+    view: &dyn DiskView,
+    out: &Path,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+    cache: Option<&ChunkCache>,
+) -> Result<Written> {
     ensure!(kind != Compressor::None, "no chunks without compression");
     ensure!(
         kind.levels().contains(&level),
@@ -217,11 +229,8 @@ pub fn compress_view_chunked(
         kind.levels()
     );
     ensure!(chunk > 0, "chunk size must not be zero");
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    run(kind, level, chunk, view, out, threads, progress, None)
+    let threads = crate::util::threads(threads);
+    run(kind, level, chunk, view, out, threads, progress, cache)
         .with_context(|| format!("writing {kind}-compressed image {}", out.display()))
 }
 
@@ -355,11 +364,7 @@ pub fn compress_view_cached(
     if kind == Compressor::None {
         return sparse::write_sparse(view, out, progress);
     }
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    run(
+    chunked(
         kind,
         level,
         kind.chunk_size(),
@@ -369,7 +374,6 @@ pub fn compress_view_cached(
         progress,
         cache,
     )
-    .with_context(|| format!("writing {kind}-compressed image {}", out.display()))
 }
 
 /// One chunk's encoder; each worker owns one.

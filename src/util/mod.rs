@@ -4,6 +4,14 @@ pub mod cmd;
 pub mod progress;
 pub mod ui;
 
+/// Worker threads for `n` (0: one per CPU).
+pub fn threads(n: usize) -> usize {
+    match n {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
 /// Lower-case hex SHA-256 of a byte slice.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
