@@ -817,17 +817,26 @@ impl Builder<'_> {
                 let enc = self.work.join(format!("{}.{extension}", art.platform));
                 let shared = self.encode(extension, art, &view, &enc, &prog)?;
                 let ev = FileView::open(&enc)?;
-                // The encoded file's shared bytes (a qcow2's base clusters)
-                // are compressed once for every platform that has them.
-                let tagged = shared.map(|s| crate::io::view::Tagged {
+                // A qcow2 holds the base disk's chunks at chunk-aligned
+                // offsets: their compressed forms are reused from the raw
+                // disks' (and other qcow2s'). A VMDK's grains are already
+                // compressed: no match search on them.
+                let remapped = shared.as_ref().map(|s| crate::io::view::Remapped {
                     inner: &ev,
-                    range: s.range,
-                    tag: s.tag,
+                    start: s.start,
+                    align: s.align,
+                    blocks: &s.blocks,
                 });
+                let pre = crate::io::view::Precompressed(&ev);
+                let input: &dyn DiskView = match (&remapped, extension) {
+                    (Some(r), _) => r,
+                    (None, "vmdk") => &pre,
+                    _ => &ev,
+                };
                 let w = compress::compress_view_cached(
                     kind,
                     level,
-                    tagged.as_ref().map_or(&ev as &dyn DiskView, |t| t),
+                    input,
                     tmp.path(),
                     self.threads,
                     &|_| {},
@@ -864,11 +873,16 @@ impl Builder<'_> {
         view: &dyn DiskView,
         out: &Path,
         prog: &(dyn Fn(u64) + Sync),
-    ) -> Result<Option<crate::formats::qcow2::SharedRegion>> {
+    ) -> Result<Option<crate::formats::qcow2::SharedBlocks>> {
         let img = &self.os.config.image;
         match extension {
             "qcow2" => {
-                let stats = crate::formats::qcow2::write_qcow2_file(view, out)?;
+                // Shared blocks aligned to the compressor's chunks.
+                let align = match self.plan.compressor.chunk_size() as u64 {
+                    0 => crate::formats::qcow2::CLUSTER_SIZE,
+                    c => c,
+                };
+                let stats = crate::formats::qcow2::write_qcow2_file(view, out, align)?;
                 prog(view.len());
                 return Ok(stats.shared);
             }

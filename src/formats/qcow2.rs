@@ -7,19 +7,27 @@
 //! Layout of the output, in host clusters of [`CLUSTER_SIZE`] bytes:
 //!
 //! ```text
-//! [header] [shared data clusters] [other data clusters] [L2 tables]
-//! [L1 table] [refcount table] [refcount blocks]
+//! [header] [unused up to `align`] [shared blocks] [other data clusters]
+//! [L2 tables] [L1 table] [refcount table] [refcount blocks]
 //! ```
 //!
-//! The source is read once: data clusters are streamed out right after the
-//! header cluster while their guest cluster numbers are remembered (16
-//! bytes per data cluster); the metadata follows once the data count is
-//! known and the header is written last. Clusters of ranges the view
-//! declares shared (the unchanged base disk under a platform's patches)
-//! come first, each group in guest order, so that every platform over one
-//! base holds them at the same file offsets ([`SharedRegion`]) and a
-//! compressor can reuse its chunks of them. Every cluster of the file is in use exactly
-//! once, so all refcounts are 1 and the refcount blocks are trivial.
+//! The source is read once: data clusters are streamed out while their
+//! guest cluster numbers are remembered (16 bytes per data cluster); the
+//! metadata follows once the data count is known and the header is written
+//! last.
+//!
+//! Shared blocks: the caller names an alignment (a compressor's chunk
+//! size). Every whole `align`-sized guest block that the view declares
+//! shared ([`DiskView::shared_source`]: the unchanged base disk under a
+//! platform's patches) and that holds any data is stored whole, zero
+//! clusters included, at an `align`-aligned file offset, in guest order. So
+//! the file's chunk at such an offset has exactly the bytes of the raw
+//! disk's chunk at the block's guest offset, and a compressor reuses its
+//! work on the raw disk (or on another platform's qcow2) for it
+//! ([`Qcow2Stats::shared`]). The other non-zero clusters follow. The
+//! clusters between the header and the first block (`align` > one cluster)
+//! are unused: refcount 0, a hole in the file. Every other cluster of the
+//! file is in use exactly once (refcount 1).
 use crate::io::sparse::{clamped_extents, is_zero};
 use crate::io::view::{DiskView, FileView};
 use anyhow::{ensure, Context, Result};
@@ -34,7 +42,7 @@ const QCOW2_VERSION: u32 = 3;
 /// log2 of the cluster size (qcow2.txt: "cluster_bits"); 16 is QEMU's default.
 const CLUSTER_BITS: u32 = 16;
 /// Cluster size in bytes, `1 << cluster_bits`.
-const CLUSTER_SIZE: u64 = 1 << CLUSTER_BITS;
+pub const CLUSTER_SIZE: u64 = 1 << CLUSTER_BITS;
 /// No encryption (qcow2.txt: "crypt_method", 0 = no encryption).
 const CRYPT_NONE: u32 = 0;
 /// log2 of the refcount width in bits (qcow2.txt: "refcount_order"); 4 means
@@ -74,31 +82,33 @@ const WRITE_BUFFER_BYTES: usize = 4 << 20;
 pub struct Qcow2Stats {
     /// Guest-visible disk size in bytes (the header's `size`).
     pub virtual_size: u64,
-    /// Number of data clusters stored (non-zero guest clusters).
+    /// Number of data clusters stored (non-zero guest clusters, and the
+    /// zero clusters inside shared blocks).
     pub data_clusters: u64,
     /// Size of the qcow2 file in bytes.
     pub file_size: u64,
-    /// Where the file holds the view's shared clusters, if any.
-    pub shared: Option<SharedRegion>,
+    /// Where the file holds shared blocks of the view, if any.
+    pub shared: Option<SharedBlocks>,
 }
 
-/// The bytes of a qcow2 file that hold clusters the view declared shared
-/// ([`DiskView::shared_tag`]). They come right after the header cluster,
-/// in guest order, so two images over the same base with patches at the
-/// same places hold them at the same offsets, and the same `tag` says so:
-/// an encoder may then reuse its work on them between the two files.
+/// The shared blocks of a qcow2 file (see the module documentation): block
+/// `i` is the `align` bytes at `start + i * align` of the file, and holds
+/// the bytes the view declared shared as `blocks[i]` (a tag and a source
+/// offset, [`DiskView::shared_source`]). `io::view::Remapped` presents the
+/// file to a compressor with this mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedRegion {
-    pub range: std::ops::Range<u64>,
-    /// A hash of every shared cluster's guest number and shared tag: equal
-    /// tags mean equal bytes in `range`.
-    pub tag: u64,
+pub struct SharedBlocks {
+    pub start: u64,
+    pub align: u64,
+    pub blocks: Vec<(u64, u64)>,
 }
 
 /// Where the metadata goes, computed once the data cluster count is known.
 /// All values are in host clusters unless named `*_offset` (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Layout {
+    /// First data cluster: clusters 1..data_first are unused.
+    data_first: u64,
     /// Entries in the L1 table (the header's `l1_size`).
     l1_entries: u64,
     /// Number of L2 tables written (one per L1 entry that maps any data).
@@ -110,17 +120,20 @@ struct Layout {
     refcount_table_clusters: u64,
     refcount_block_first: u64,
     refcount_blocks: u64,
-    /// Total host clusters in the file; every one has refcount 1.
+    /// Total host clusters in the file; every one but the unused ones has
+    /// refcount 1.
     total_clusters: u64,
 }
 
 impl Layout {
-    fn new(virtual_size: u64, data_clusters: u64, l2_tables: u64) -> Self {
+    /// `data_first`: host cluster of the first data cluster (1 right after
+    /// the header; more when the data is aligned).
+    fn new(virtual_size: u64, data_first: u64, data_clusters: u64, l2_tables: u64) -> Self {
         let guest_clusters = virtual_size.div_ceil(CLUSTER_SIZE);
         let l1_entries = guest_clusters.div_ceil(L2_ENTRIES);
         let l1_clusters = (l1_entries * TABLE_ENTRY_BYTES).div_ceil(CLUSTER_SIZE);
         // Header cluster, then data, then L2 tables, then the L1 table.
-        let l2_first = 1 + data_clusters;
+        let l2_first = data_first + data_clusters;
         let l1_first = l2_first + l2_tables;
         let refcount_table_first = l1_first + l1_clusters;
         // The refcount structures count themselves: iterate to a fixed point
@@ -137,6 +150,7 @@ impl Layout {
             rt_clusters = need_rt;
         }
         Layout {
+            data_first,
             l1_entries,
             l2_tables,
             l2_first,
@@ -164,7 +178,7 @@ pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
         .prefix(".qcow2-")
         .tempfile_in(dir)
         .with_context(|| format!("creating temporary file in {}", dir.display()))?;
-    let stats = write_qcow2(&input, tmp.as_file_mut())
+    let stats = write_qcow2(&input, tmp.as_file_mut(), CLUSTER_SIZE)
         .with_context(|| format!("converting {} to qcow2 {}", src.display(), dst.display()))?;
     tmp.as_file()
         .sync_all()
@@ -175,11 +189,12 @@ pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
 }
 
 /// Write `view` as a qcow2 image straight to `out` (created or truncated,
-/// then fsynced; no temporary name: the caller renames).
-pub fn write_qcow2_file(view: &dyn DiskView, out: &Path) -> Result<Qcow2Stats> {
+/// then fsynced; no temporary name: the caller renames), its shared blocks
+/// aligned to `align` bytes (see [`write_qcow2`]).
+pub fn write_qcow2_file(view: &dyn DiskView, out: &Path, align: u64) -> Result<Qcow2Stats> {
     let mut file =
         File::create(out).with_context(|| format!("creating qcow2 image {}", out.display()))?;
-    let stats = write_qcow2(view, &mut file)
+    let stats = write_qcow2(view, &mut file, align)
         .with_context(|| format!("writing qcow2 image {}", out.display()))?;
     file.sync_all()
         .with_context(|| format!("syncing qcow2 image {}", out.display()))?;
@@ -191,11 +206,22 @@ pub fn write_qcow2_file(view: &dyn DiskView, out: &Path) -> Result<Qcow2Stats> {
 /// view's length rounded up to a whole 512-byte sector, as QEMU does for raw
 /// images (the padding reads as zeros). Only clusters that touch the view's
 /// data extents and are not entirely zero are stored; everything else stays
-/// unallocated and reads as zeros.
+/// unallocated and reads as zeros, except the zero clusters of shared
+/// blocks: `align` (a multiple of the cluster size) is the size and file
+/// alignment of shared blocks; one cluster means no padding, and each
+/// shared non-zero cluster is a block of its own.
 ///
-/// Memory use is bounded by the virtual size: 8 bytes per stored cluster plus
-/// one L1 entry per 512 MiB of guest disk and a few fixed buffers.
-pub fn write_qcow2<W: Write + Seek>(src: &dyn DiskView, out: &mut W) -> Result<Qcow2Stats> {
+/// Memory use is bounded by the virtual size: 16 bytes per stored cluster
+/// plus one L1 entry per 512 MiB of guest disk and a few fixed buffers.
+pub fn write_qcow2<W: Write + Seek>(
+    src: &dyn DiskView,
+    out: &mut W,
+    align: u64,
+) -> Result<Qcow2Stats> {
+    ensure!(
+        align >= CLUSTER_SIZE && align % CLUSTER_SIZE == 0,
+        "qcow2 block alignment {align} is not a multiple of the cluster size {CLUSTER_SIZE}"
+    );
     let virtual_size = src
         .len()
         .checked_next_multiple_of(SECTOR_SIZE)
@@ -213,14 +239,18 @@ pub fn write_qcow2<W: Write + Seek>(src: &dyn DiskView, out: &mut W) -> Result<Q
     w.write_all(&[0u8; CLUSTER_SIZE as usize])
         .context("writing qcow2 header cluster")?;
 
-    let data = copy_data_clusters(src, &mut w)?;
-    let map = data.map();
+    let data_first = align / CLUSTER_SIZE;
+    // Clusters 1..data_first stay a hole.
+    w.seek(SeekFrom::Start(data_first * CLUSTER_SIZE))
+        .context("seeking to the qcow2 data")?;
+    let data = copy_data_clusters(src, &mut w, align)?;
+    let map = data.map(data_first);
     let data_clusters = map.len() as u64;
     debug_assert!(map
         .last()
         .map_or(true, |&(g, _)| g < virtual_size.div_ceil(CLUSTER_SIZE)));
     let l2_tables = count_l2_tables(&map);
-    let layout = Layout::new(virtual_size, data_clusters, l2_tables);
+    let layout = Layout::new(virtual_size, data_first, data_clusters, l2_tables);
     write_metadata(&mut w, &layout, &map)?;
 
     w.seek(SeekFrom::Start(0))
@@ -233,9 +263,10 @@ pub fn write_qcow2<W: Write + Seek>(src: &dyn DiskView, out: &mut W) -> Result<Q
         virtual_size,
         data_clusters,
         file_size: layout.total_clusters * CLUSTER_SIZE,
-        shared: (!data.shared.is_empty()).then(|| SharedRegion {
-            range: CLUSTER_SIZE..(1 + data.shared.len() as u64) * CLUSTER_SIZE,
-            tag: data.tag,
+        shared: (!data.blocks.is_empty()).then(|| SharedBlocks {
+            start: data_first * CLUSTER_SIZE,
+            align,
+            blocks: data.blocks.iter().map(|b| b.1).collect(),
         }),
     };
     tracing::debug!(?stats, ?layout, "wrote qcow2");
@@ -284,21 +315,24 @@ fn for_each_cluster(
     Ok(())
 }
 
-/// Data clusters as stored: guest cluster numbers in host order, the
-/// shared ones (see [`Qcow2Stats::shared`]) first.
+/// Data clusters as stored, in host order: the shared blocks, then the
+/// other clusters.
 struct DataClusters {
-    shared: Vec<u64>,
+    /// Per shared block: its first guest cluster and its source.
+    blocks: Vec<(u64, (u64, u64))>,
+    /// Guest clusters per block.
+    per_block: u64,
     own: Vec<u64>,
-    /// Identifies the shared clusters' content (see [`SharedRegion::tag`]).
-    tag: u64,
 }
 
 impl DataClusters {
-    /// `(guest cluster, host cluster)` of every data cluster, sorted by guest.
-    fn map(&self) -> Vec<(u64, u64)> {
-        let first_own = 1 + self.shared.len() as u64;
-        let mut v: Vec<(u64, u64)> = (self.shared.iter().enumerate())
-            .map(|(i, &g)| (g, 1 + i as u64))
+    /// `(guest cluster, host cluster)` of every data cluster, sorted by
+    /// guest; data starts at host cluster `data_first`.
+    fn map(&self, data_first: u64) -> Vec<(u64, u64)> {
+        let k = self.per_block;
+        let first_own = data_first + self.blocks.len() as u64 * k;
+        let mut v: Vec<(u64, u64)> = (self.blocks.iter().enumerate())
+            .flat_map(|(i, &(g, _))| (0..k).map(move |j| (g + j, data_first + i as u64 * k + j)))
             .chain((self.own.iter().enumerate()).map(|(i, &g)| (g, first_own + i as u64)))
             .collect();
         v.sort_unstable();
@@ -306,33 +340,52 @@ impl DataClusters {
     }
 }
 
-/// Stream every non-zero guest cluster within the view's data extents to
-/// `w` (host clusters 1, 2, ...): first those the view declares shared
-/// ([`DiskView::shared_tag`]), then the others, each in guest order.
-fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W) -> Result<DataClusters> {
-    use std::hash::{Hash, Hasher};
+/// Stream the data to `w` (at the first data cluster): first every whole
+/// `align`-sized guest block the view declares shared and that holds data,
+/// whole; then every other non-zero guest cluster within the view's data
+/// extents, each group in guest order.
+fn copy_data_clusters<W: Write>(src: &dyn DiskView, w: &mut W, align: u64) -> Result<DataClusters> {
     let len = src.len();
-    let tag_of = |c: u64| src.shared_tag(c * CLUSTER_SIZE..((c + 1) * CLUSTER_SIZE).min(len));
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    let mut shared = Vec::new();
-    for_each_cluster(src, &|c| tag_of(c).is_some(), &mut |c, bytes| {
-        w.write_all(bytes)
-            .with_context(|| format!("writing qcow2 data cluster for guest cluster {c}"))?;
-        (c, tag_of(c)).hash(&mut hasher);
-        shared.push(c);
-        Ok(())
-    })?;
+    let per_block = align / CLUSTER_SIZE;
+    let mut blocks: Vec<(u64, (u64, u64))> = Vec::new();
+    let mut buf = vec![0u8; align as usize];
+    // First guest block not yet looked at.
+    let mut next = 0u64;
+    for r in clamped_extents(src).context("mapping the disk's data")? {
+        let end = r.end.div_ceil(align).min(len / align);
+        for b in (r.start / align).max(next)..end {
+            crate::util::cancel::check()?;
+            let pos = b * align;
+            let Some(source) = src.shared_source(pos..pos + align) else {
+                continue;
+            };
+            src.read_at(&mut buf, pos)
+                .with_context(|| format!("reading the disk at offset {pos}"))?;
+            if is_zero(&buf) {
+                continue;
+            }
+            w.write_all(&buf)
+                .with_context(|| format!("writing qcow2 data for guest offset {pos}"))?;
+            blocks.push((b * per_block, source));
+        }
+        next = next.max(end);
+    }
+    let stored = |c: u64| {
+        blocks
+            .binary_search_by_key(&(c - c % per_block), |b| b.0)
+            .is_ok()
+    };
     let mut own = Vec::new();
-    for_each_cluster(src, &|c| tag_of(c).is_none(), &mut |c, bytes| {
+    for_each_cluster(src, &|c| !stored(c), &mut |c, bytes| {
         w.write_all(bytes)
             .with_context(|| format!("writing qcow2 data cluster for guest cluster {c}"))?;
         own.push(c);
         Ok(())
     })?;
     Ok(DataClusters {
-        shared,
+        blocks,
+        per_block,
         own,
-        tag: hasher.finish(),
     })
 }
 
@@ -403,7 +456,8 @@ fn write_metadata<W: Write>(w: &mut W, layout: &Layout, map: &[(u64, u64)]) -> R
             .context("writing qcow2 refcount table")?;
     }
 
-    // Refcount blocks: clusters 0..total_clusters are all used exactly once.
+    // Refcount blocks: clusters 0..total_clusters are all used exactly
+    // once, but for the unused ones between the header and the data.
     let one = 1u16.to_be_bytes();
     for b in 0..layout.refcount_blocks {
         table.fill(0);
@@ -412,11 +466,14 @@ fn write_metadata<W: Write>(w: &mut W, layout: &Layout, map: &[(u64, u64)]) -> R
             .total_clusters
             .saturating_sub(first)
             .min(REFCOUNT_BLOCK_ENTRIES);
-        for e in table
-            .chunks_exact_mut(REFCOUNT_BYTES as usize)
+        for (i, e) in (table.chunks_exact_mut(REFCOUNT_BYTES as usize))
             .take(used as usize)
+            .enumerate()
         {
-            e.copy_from_slice(&one);
+            let c = first + i as u64;
+            if c == 0 || c >= layout.data_first {
+                e.copy_from_slice(&one);
+            }
         }
         w.write_all(&table)
             .with_context(|| format!("writing qcow2 refcount block {b}"))?;
@@ -605,7 +662,7 @@ mod tests {
         );
 
         let qcow2 = dir.path().join("disk.qcow2");
-        let stats = write_qcow2_file(&FileView::open(&raw).unwrap(), &qcow2).unwrap();
+        let stats = write_qcow2_file(&FileView::open(&raw).unwrap(), &qcow2, CLUSTER_SIZE).unwrap();
         assert_eq!(stats.data_clusters, clusters_touched(&regions));
         let data_bytes = stats.data_clusters * CLUSTER_SIZE;
         assert!(
@@ -668,7 +725,7 @@ mod tests {
         let qcow2 = dir.path().join("disk.qcow2");
         let stats = convert_file(&raw, &qcow2).unwrap();
         assert_eq!(stats.data_clusters, clusters_touched(&regions));
-        let layout = Layout::new(size, stats.data_clusters, 0);
+        let layout = Layout::new(size, 1, stats.data_clusters, 0);
         assert!(layout.refcount_blocks >= 2, "{layout:?}");
         assert!(layout.l1_entries == 40, "{layout:?}");
         verify(&raw, &qcow2, size, &stats);
@@ -677,12 +734,12 @@ mod tests {
     #[test]
     fn layout_counts_its_own_refcount_structures() {
         // Data that exactly fills one refcount block forces a second block.
-        let l = Layout::new(GIB, REFCOUNT_BLOCK_ENTRIES - 4, 2);
+        let l = Layout::new(GIB, 1, REFCOUNT_BLOCK_ENTRIES - 4, 2);
         assert_eq!(l.total_clusters, REFCOUNT_BLOCK_ENTRIES + 3);
         assert_eq!(l.refcount_blocks, 2);
         assert_eq!(l.refcount_table_clusters, 1);
         assert_eq!(l.l1_entries, 2);
-        let empty = Layout::new(0, 0, 0);
+        let empty = Layout::new(0, 1, 0, 0);
         assert_eq!(empty.total_clusters, 3);
     }
 
@@ -704,7 +761,12 @@ mod tests {
     #[test]
     fn rejects_too_large_disks() {
         let mut out = std::io::Cursor::new(Vec::new());
-        let err = write_qcow2(&Empty(ENTRY_OFFSET_MASK + SECTOR_SIZE), &mut out).unwrap_err();
+        let err = write_qcow2(
+            &Empty(ENTRY_OFFSET_MASK + SECTOR_SIZE),
+            &mut out,
+            CLUSTER_SIZE,
+        )
+        .unwrap_err();
         assert!(format!("{err:#}").contains("too large"), "{err:#}");
         assert!(out.get_ref().is_empty(), "nothing written");
     }
@@ -721,7 +783,7 @@ mod tests {
             &[(0, 4096, Fill::Random), (size - 10, 10, Fill::Random)],
         );
         let qcow2 = dir.path().join("disk.qcow2");
-        let stats = write_qcow2_file(&FileView::open(&raw).unwrap(), &qcow2).unwrap();
+        let stats = write_qcow2_file(&FileView::open(&raw).unwrap(), &qcow2, CLUSTER_SIZE).unwrap();
         assert_eq!(stats.virtual_size, 3 * MIB + 1024);
         assert_eq!(stats.data_clusters, 2);
         // The same content, padded by hand, must compare equal.
@@ -748,13 +810,18 @@ mod tests {
         let patch = Patch::from_file(&fx.patch, 7 * MIB, MIB).unwrap();
         let c = Composite::new(&base, 64 * MIB, vec![patch]).unwrap();
         let qcow2 = dir.path().join("c.qcow2");
-        let stats = write_qcow2_file(&c, &qcow2).unwrap();
+        let stats = write_qcow2_file(&c, &qcow2, CLUSTER_SIZE).unwrap();
         let raw = dir.path().join("c.raw");
         write_sparse(&c, &raw, &|_| {}).unwrap();
         verify(&raw, &qcow2, 64 * MIB, &stats);
         // And it differs from the unpatched base, so the compare can fail.
         let plain = dir.path().join("plain.qcow2");
-        write_qcow2_file(&Composite::new(&base, 64 * MIB, vec![]).unwrap(), &plain).unwrap();
+        write_qcow2_file(
+            &Composite::new(&base, 64 * MIB, vec![]).unwrap(),
+            &plain,
+            CLUSTER_SIZE,
+        )
+        .unwrap();
         let st = std::process::Command::new("qemu-img")
             .args(["compare", "-q", "-f", "raw", "-F", "qcow2"])
             .arg(&raw)
@@ -764,8 +831,11 @@ mod tests {
         assert_eq!(st.code(), Some(1), "compare must see the patch");
     }
 
+    /// Shared blocks: whole aligned guest blocks, at aligned file offsets,
+    /// the same in every image over one base; the bytes of each are the
+    /// raw disk's at its source offset; the rest of the image is its own.
     #[test]
-    fn shared_clusters_sit_at_the_same_offsets_in_every_image() {
+    fn shared_blocks_are_the_raw_disks_chunks_at_aligned_offsets() {
         use crate::io::sparse::{test_support, write_sparse};
         use crate::io::view::{Composite, Patch};
         let dir = tempfile::tempdir().unwrap();
@@ -775,32 +845,125 @@ mod tests {
         let other = dir.path().join("other.bin");
         std::fs::write(&other, vec![0x5a; MIB as usize]).unwrap();
         let base = FileView::open(&fx.base).unwrap();
+        let align = MIB;
         let mut images = Vec::new();
         for (i, p) in [&fx.patch, &other].into_iter().enumerate() {
-            let patch = Patch::from_file(p, 2 * MIB, MIB).unwrap();
+            let patch = Patch::from_file(p, 2 * MIB + 4096, MIB).unwrap();
             let c = Composite::new(&base, 64 * MIB, vec![patch])
                 .unwrap()
                 .shared(1);
             let qcow2 = dir.path().join(format!("{i}.qcow2"));
-            let stats = write_qcow2_file(&c, &qcow2).unwrap();
+            let stats = write_qcow2_file(&c, &qcow2, align).unwrap();
             let raw = dir.path().join(format!("{i}.raw"));
             write_sparse(&c, &raw, &|_| {}).unwrap();
             verify(&raw, &qcow2, 64 * MIB, &stats);
-            images.push((std::fs::read(&qcow2).unwrap(), stats));
+            let (q, r) = (std::fs::read(&qcow2).unwrap(), std::fs::read(&raw).unwrap());
+            let sh = stats.shared.clone().unwrap();
+            assert_eq!((sh.start, sh.align), (align, align));
+            for (k, &(tag, src)) in sh.blocks.iter().enumerate() {
+                assert_eq!(tag, 1);
+                assert_eq!(src % align, 0);
+                // Never a block under the patch.
+                let patched = 2 * MIB + 4096..3 * MIB + 4096;
+                assert!(src + align <= patched.start || src >= patched.end, "{src}");
+                let at = (sh.start + k as u64 * align) as usize;
+                let src = src as usize;
+                assert!(
+                    q[at..at + align as usize] == r[src..src + align as usize],
+                    "block {k} holds the raw disk's bytes at {src}"
+                );
+            }
+            images.push((q, stats));
         }
         let (a, sa) = &images[0];
         let (b, sb) = &images[1];
         assert_ne!(sa.data_clusters, sb.data_clusters);
         let (ra, rb) = (sa.shared.clone().unwrap(), sb.shared.clone().unwrap());
-        assert_eq!(ra, rb, "same shared region and tag");
-        assert_eq!(ra.range.start, CLUSTER_SIZE);
-        let r = ra.range.start as usize..ra.range.end as usize;
-        assert!(r.len() >= 4 * CLUSTER_SIZE as usize, "{r:?}");
-        assert!(a[r.clone()] == b[r.clone()], "shared bytes are equal");
-        assert!(a[r.end..] != b[r.end..], "the rest differs");
-        // A view that declares nothing shared has no shared region.
+        assert_eq!(ra, rb, "same shared blocks");
+        assert!(ra.blocks.len() >= 4, "{ra:?}");
+        let end = (ra.start + ra.blocks.len() as u64 * ra.align) as usize;
+        assert!(a[ra.start as usize..end] == b[ra.start as usize..end]);
+        assert!(a[end..] != b[end..], "the rest differs");
+        // The unused clusters between the header and the blocks are a hole.
+        let qa = dir.path().join("0.qcow2");
+        let ext =
+            crate::io::view::file_extents(&File::open(&qa).unwrap(), 0..a.len() as u64).unwrap();
+        assert!(
+            ext.iter()
+                .all(|r| r.end <= CLUSTER_SIZE || r.start >= align),
+            "{ext:?}"
+        );
+        // A view that declares nothing shared has no shared blocks, and no
+        // padding.
         let plain = Composite::new(&base, 64 * MIB, vec![]).unwrap();
-        let stats = write_qcow2_file(&plain, &dir.path().join("plain.qcow2")).unwrap();
+        let p = dir.path().join("plain.qcow2");
+        let stats = write_qcow2_file(&plain, &p, align).unwrap();
         assert_eq!(stats.shared, None);
+        let raw = dir.path().join("plain.raw");
+        write_sparse(&plain, &raw, &|_| {}).unwrap();
+        verify(&raw, &p, 64 * MIB, &stats);
+        // A misaligned block size is refused.
+        let err = write_qcow2_file(&plain, &p, CLUSTER_SIZE + 512).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("multiple of the cluster size"),
+            "{err:#}"
+        );
+    }
+
+    /// The point of shared blocks: compressing the qcow2 reuses the raw
+    /// disk's compressed chunks, and the output is the same as without
+    /// the cache.
+    #[test]
+    fn compressing_the_qcow2_reuses_the_raw_disks_chunks() {
+        use crate::io::compress::{compress_view, compress_view_cached, ChunkCache, Compressor};
+        use crate::io::sparse::test_support;
+        use crate::io::view::{Composite, Patch, Remapped};
+        let dir = tempfile::tempdir().unwrap();
+        let fx = test_support::fixture(dir.path(), 24 * MIB);
+        let base = FileView::open(&fx.base).unwrap();
+        let patch = Patch::from_file(&fx.patch, 2 * MIB + 4096, MIB).unwrap();
+        let c = Composite::new(&base, 64 * MIB, vec![patch])
+            .unwrap()
+            .shared(9);
+        let cache = ChunkCache::new(&dir.path().join("chunks")).unwrap();
+        let gz = Compressor::Gzip;
+        compress_view_cached(
+            gz,
+            6,
+            &c,
+            &dir.path().join("raw.gz"),
+            2,
+            &|_| {},
+            Some(&cache),
+        )
+        .unwrap();
+        assert_eq!(cache.reused().0, 0);
+        let q = dir.path().join("disk.qcow2");
+        let stats = write_qcow2_file(&c, &q, gz.chunk_size() as u64).unwrap();
+        let sh = stats.shared.clone().unwrap();
+        // 4-8 and 8-12 MiB hold data, 12-16 MiB only zeros, 20-24 MiB the
+        // base's last bytes; 0-4 MiB is patched.
+        let srcs: Vec<u64> = sh.blocks.iter().map(|b| b.1 / MIB).collect();
+        assert_eq!(srcs, [4, 8, 20]);
+        let ev = FileView::open(&q).unwrap();
+        let r = Remapped {
+            inner: &ev,
+            start: sh.start,
+            align: sh.align,
+            blocks: &sh.blocks,
+        };
+        let cached = dir.path().join("cached.qcow2.gz");
+        let a = compress_view_cached(gz, 6, &r, &cached, 2, &|_| {}, Some(&cache)).unwrap();
+        assert_eq!(cache.reused(), (3, 12 * MIB), "every shared block reused");
+        let plain = dir.path().join("plain.qcow2.gz");
+        let b = compress_view(gz, 6, &ev, &plain, 2, &|_| {}).unwrap();
+        assert_eq!(a, b, "the cache changes nothing in the output");
+        cmd::run(&mut cmd::new("gzip", ["-t".as_ref(), cached.as_os_str()])).unwrap();
+        let back = dir.path().join("back.qcow2");
+        cmd::run(cmd::new("bash", ["-c", "gzip -dc \"$0\" > \"$1\""]).args([&cached, &back]))
+            .unwrap();
+        let raw = dir.path().join("disk.raw");
+        crate::io::sparse::write_sparse(&c, &raw, &|_| {}).unwrap();
+        verify(&raw, &back, 64 * MIB, &stats);
     }
 }

@@ -245,9 +245,9 @@ impl DiskView for VhdView<'_> {
         self.virtual_size + FOOTER_SIZE
     }
 
-    fn shared_tag(&self, r: std::ops::Range<u64>) -> Option<u64> {
+    fn shared_source(&self, r: std::ops::Range<u64>) -> Option<(u64, u64)> {
         (r.end <= self.disk.len())
-            .then(|| self.disk.shared_tag(r))
+            .then(|| self.disk.shared_source(r))
             .flatten()
     }
 

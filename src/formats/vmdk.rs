@@ -237,7 +237,7 @@ pub fn write_vmdk(
 }
 
 /// [`write_vmdk`], reusing and filling `cache` for the view's shared ranges
-/// ([`DiskView::shared_tag`]). The output is byte-identical to
+/// ([`DiskView::shared_source`]). The output is byte-identical to
 /// [`write_vmdk`]'s.
 pub fn write_vmdk_cached(
     view: &dyn DiskView,
@@ -515,8 +515,12 @@ impl Job<'_> {
         let off = chunk * CHUNK_GRAINS * GRAIN_SIZE;
         let n = (self.view.len() - off).min(CHUNK_BYTES as u64) as usize;
         let key = self.cache.and_then(|_| {
+            // The grain markers hold the guest position: reuse only where
+            // the source offset is the guest offset too.
+            let (tag, src) = self.view.shared_source(off..off + n as u64)?;
+            (src == off).then_some(())?;
             Some(CacheKey {
-                tag: self.view.shared_tag(off..off + n as u64)?,
+                tag,
                 codec: Codec::VmdkGrains,
                 level: self.level,
                 chunk: CHUNK_BYTES,

@@ -21,12 +21,19 @@ pub trait DiskView: Sync + Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// A tag naming where the bytes of `r` come from, when they are the
-    /// same in every view that gives the same tag for the same range (the
-    /// unchanged regions of a shared base disk), so work on them can be
-    /// reused between outputs. `None`: not shared.
-    fn shared_tag(&self, _r: Range<u64>) -> Option<u64> {
+    /// Where the bytes of `r` come from, when they are shared between
+    /// outputs (the unchanged regions of a base disk): a tag naming the
+    /// source and the offset of `r` in it. Two views that give the same
+    /// `(tag, offset)` for ranges of the same length hold the same bytes
+    /// there, so work on them can be reused between outputs. `None`: not
+    /// shared.
+    fn shared_source(&self, _r: Range<u64>) -> Option<(u64, u64)> {
         None
+    }
+    /// The content is already compressed (a VMDK's grains): a compressor
+    /// should not search it for matches.
+    fn precompressed(&self) -> bool {
+        false
     }
 }
 
@@ -183,7 +190,7 @@ impl<'a> Composite<'a> {
     }
 
     /// Declare the base's unchanged ranges shared under `tag` (see
-    /// [`DiskView::shared_tag`]): every composite over the same base disk
+    /// [`DiskView::shared_source`]): every composite over the same base disk
     /// must use the same tag, and no other base may use it.
     pub fn shared(mut self, tag: u64) -> Self {
         self.tag = Some(tag);
@@ -227,14 +234,14 @@ impl DiskView for Composite<'_> {
         }
         Ok(())
     }
-    fn shared_tag(&self, r: Range<u64>) -> Option<u64> {
+    fn shared_source(&self, r: Range<u64>) -> Option<(u64, u64)> {
         let tag = self.tag?;
         let inside = r.end <= self.base.len().min(self.len);
         let untouched = self
             .patches
             .iter()
             .all(|p| p.at + p.len <= r.start || p.at >= r.end);
-        (inside && untouched).then_some(tag)
+        (inside && untouched).then_some((tag, r.start))
     }
     fn data_extents(&self) -> Result<Vec<Range<u64>>> {
         let mut all: Vec<Range<u64>> = Vec::new();
@@ -284,16 +291,20 @@ impl DiskView for Composite<'_> {
     }
 }
 
-/// A view with one range of it declared shared under `tag` (see
-/// [`DiskView::shared_tag`]): for an encoded file (a qcow2) whose encoder
-/// knows which of its bytes are the same in every output of a run.
-pub struct Tagged<'a> {
+/// An encoded file (a qcow2) that holds blocks of a shared source at
+/// known places: block `i` of `blocks` is the `align` bytes at
+/// `start + i * align`, and holds the source `blocks[i].0` from offset
+/// `blocks[i].1` (see [`DiskView::shared_source`]). Ranges within one block
+/// map into the source; everything else is not shared.
+pub struct Remapped<'a> {
     pub inner: &'a dyn DiskView,
-    pub range: Range<u64>,
-    pub tag: u64,
+    pub start: u64,
+    pub align: u64,
+    /// `(tag, source offset)` of each block.
+    pub blocks: &'a [(u64, u64)],
 }
 
-impl DiskView for Tagged<'_> {
+impl DiskView for Remapped<'_> {
     fn len(&self) -> u64 {
         self.inner.len()
     }
@@ -303,8 +314,35 @@ impl DiskView for Tagged<'_> {
     fn data_extents(&self) -> Result<Vec<Range<u64>>> {
         self.inner.data_extents()
     }
-    fn shared_tag(&self, r: Range<u64>) -> Option<u64> {
-        (r.start >= self.range.start && r.end <= self.range.end).then_some(self.tag)
+    fn shared_source(&self, r: Range<u64>) -> Option<(u64, u64)> {
+        if self.align == 0 || r.start < self.start || r.is_empty() {
+            return None;
+        }
+        let i = (r.start - self.start) / self.align;
+        let block = self.start + i * self.align;
+        let &(tag, src) = self.blocks.get(usize::try_from(i).ok()?)?;
+        (r.end <= block + self.align).then_some((tag, src + (r.start - block)))
+    }
+}
+
+/// A view whose content is already compressed ([`DiskView::precompressed`]).
+pub struct Precompressed<'a>(pub &'a dyn DiskView);
+
+impl DiskView for Precompressed<'_> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn data_extents(&self) -> Result<Vec<Range<u64>>> {
+        self.0.data_extents()
+    }
+    fn shared_source(&self, r: Range<u64>) -> Option<(u64, u64)> {
+        self.0.shared_source(r)
+    }
+    fn precompressed(&self) -> bool {
+        true
     }
 }
 
