@@ -100,6 +100,11 @@ fn disk_of(platform: &str) -> (PathBuf, DiskFormat) {
             DiskFormat::Raw,
             format!("tar -xSzf '{}'", a.display()),
         ),
+        "metal" => (
+            "metal.raw",
+            DiskFormat::Raw,
+            format!("gzip -dc '{}' > metal.raw", a.display()),
+        ),
         _ => unreachable!(),
     };
     let p = dir.join(name);
@@ -165,8 +170,9 @@ fn all_builds_every_supported_platform_once() {
     // Work on the base disk's unchanged ranges is shared: metal, metal4k
     // and azure lay the disk out at the same offsets, so their compressed
     // chunks of the root filesystem are made once; so are the VMDK grains
-    // of aws and vmware, and the gzip chunks of the qcow2 data clusters of
-    // qemu and openstack.
+    // of aws and vmware; the qcow2s of qemu and openstack hold the base
+    // disk's 4 MiB chunks at 4 MiB-aligned offsets, so their gzip chunks
+    // there are the raw disks' ones.
     let shared = b
         .log
         .lines()
@@ -188,8 +194,9 @@ fn all_builds_every_supported_platform_once() {
         assert!(count > 0, "{shared}");
     }
     // qemu and openstack differ in their boot filesystem only: their qcow2
-    // files hold the base disk's clusters at the same offsets, right after
-    // the header cluster, so those bytes can be compressed once.
+    // files hold the base disk's clusters at the same offsets, after the
+    // header cluster and a hole up to the first 4 MiB, so those bytes can
+    // be compressed once.
     let (openstack, _) = disk_of("openstack");
     let qemu = b.root.join("disks/qemu.qcow2");
     sh(&format!(
@@ -212,6 +219,55 @@ fn all_builds_every_supported_platform_once() {
         "qemu and openstack qcow2 share only {same} bytes after the header"
     );
     assert!(q != o, "qemu and openstack differ somewhere");
+    // ... and those shared blocks are whole 4 MiB chunks of the guest disk,
+    // at 4 MiB-aligned guest offsets, as in the raw disks: qemu-img's map
+    // of guest to file offsets shows it, and the bytes are the metal
+    // disk's.
+    let map: serde_json::Value = serde_json::from_slice(
+        &std::process::Command::new("qemu-img")
+            .args(["map", "--output=json", "-f", "qcow2"])
+            .arg(&qemu)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let (metal, _) = disk_of("metal");
+    let metal = std::fs::read(&metal).unwrap();
+    const CHUNK: u64 = 4 << 20;
+    let mut extents: Vec<(u64, u64, u64)> = (map.as_array().unwrap().iter())
+        .filter_map(|e| {
+            Some((
+                e["offset"].as_u64()?,
+                e["start"].as_u64()?,
+                e["length"].as_u64()?,
+            ))
+        })
+        .collect();
+    extents.sort_unstable();
+    // The shared blocks are back to back from the file's first 4 MiB, each
+    // run of them aligned in the file and in the guest alike; the
+    // platform's own clusters follow.
+    let mut blocks = 0;
+    let mut next = CHUNK;
+    for (file, start, len) in extents.into_iter().filter(|e| e.0 >= CHUNK) {
+        if file != next || start % CHUNK != 0 || len % CHUNK != 0 {
+            break;
+        }
+        for k in 0..len / CHUNK {
+            let (f, g) = ((file + k * CHUNK) as usize, (start + k * CHUNK) as usize);
+            // (metal's last chunk holds its own backup GPT)
+            if g + 2 * CHUNK as usize <= metal.len() {
+                assert!(
+                    q[f..f + CHUNK as usize] == metal[g..g + CHUNK as usize],
+                    "qcow2 block at {f} is not the metal disk's chunk at {g}"
+                );
+                blocks += 1;
+            }
+        }
+        next = file + len;
+    }
+    assert!(blocks >= 3, "only {blocks} aligned shared blocks in {map}");
     // The release's pinned AMIs are recorded.
     let amis = b.meta["amis"].as_array().expect("amis");
     assert_eq!(amis.len(), 2, "{amis:?}");

@@ -176,6 +176,12 @@ pub fn live_initramfs(os_initrd: &[u8], addon: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Memory mksquashfs may use for its caches and queues. Its default is a
+/// quarter of the machine's memory (2 GiB peak RSS measured on the 3 GB
+/// large test OS); with 512 MiB it squashes 2 GB of shared libraries in the
+/// same time into the same bytes, at 190 MiB peak RSS.
+const MKSQUASHFS_MEM: &str = "512M";
+
 /// Squash `src` (the deployed metal root) into `dst` with zstd on `threads`
 /// cores; every time stamp (files and the superblock) is `mtime`, so the
 /// same tree gives the same bytes.
@@ -184,7 +190,8 @@ pub fn make_squashfs(src: &Path, dst: &Path, mtime: i64, threads: usize) -> Resu
     let mut c = crate::util::cmd::new("mksquashfs", [src.as_os_str(), dst.as_os_str()]);
     c.args(["-noappend", "-no-progress", "-comp", "zstd", "-processors"])
         .arg(threads.max(1).to_string())
-        .args(["-mkfs-time", &t, "-all-time", &t]);
+        .args(["-mkfs-time", &t, "-all-time", &t])
+        .args(["-mem", MKSQUASHFS_MEM]);
     crate::util::cmd::run(&mut c)
         .with_context(|| format!("squashing the deployed tree {}", src.display()))?;
     Ok(())
