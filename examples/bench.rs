@@ -355,24 +355,20 @@ fn main() -> Result<()> {
             wall_of(&std_tools)
         };
         let ratio = |w: Option<f64>| w.map(|w| w / s.wall.max(1e-9));
+        // pigz and the floors are the disk images' yardsticks: not for the
+        // live files (a squashfs, an ISO, a copied kernel) or the OS archive.
+        let disk = s.file.is_some() && !s.name.starts_with("live") && s.name != "ostree";
         let (x_std, x_pigz, x_cp, x_zstd) = (
             ratio(std_wall),
             match &s.file {
+                _ if !disk => None,
                 // pigz at our level: -9 for the GCP tarball
                 Some(f) if f.ends_with(".tar.gz") => ratio(wall_of(&["tar -S | pigz -9"])),
-                Some(_) => ratio(wall_of(&["pigz -6"])),
-                None => None,
+                _ => ratio(wall_of(&["pigz -6"])),
             },
-            if s.file.is_some() {
-                ratio(wall_of(&["cp --sparse=always"]))
-            } else {
-                None
-            },
-            if s.file.is_some() {
-                ratio(wall_of(&["zstd -T0 -3"]))
-            } else {
-                None
-            },
+            disk.then(|| ratio(wall_of(&["cp --sparse=always"])))
+                .flatten(),
+            disk.then(|| ratio(wall_of(&["zstd -T0 -3"]))).flatten(),
         );
         let f = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
         line(
