@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -353,14 +353,7 @@ fn register_uploads_the_disk_block_for_block_and_reuses_the_ami() {
         assert_eq!(snap["size"], disk_len.div_ceil(1 << 30));
         assert_eq!(snap["tags"]["bootimage-gen:ami-name"], name.as_str());
         assert_eq!(snap["tags"]["bootimage-gen:upload"], "complete");
-        assert_eq!(
-            snap["tags"]["bootimage-gen:release"],
-            fx()["release"]["version"]
-        );
-        assert_eq!(
-            snap["tags"]["bootimage-gen:os-version"],
-            fx()["rhel_coreos"]["version"]
-        );
+        assert_release_tags(&snap["tags"]);
 
         // ListSnapshotBlocks + GetSnapshotBlock read back equal the disk.
         let back = root.join(format!("readback-{region}.raw"));
@@ -391,14 +384,7 @@ fn register_uploads_the_disk_block_for_block_and_reuses_the_ami() {
         assert_eq!(img["name"], name.as_str());
         assert_eq!(img["tags"]["Name"], name.as_str());
         assert_eq!(img["tags"]["bootimage-gen:snapshot"], snap_id);
-        assert_eq!(
-            img["tags"]["bootimage-gen:release"],
-            fx()["release"]["version"]
-        );
-        assert_eq!(
-            img["tags"]["bootimage-gen:os-version"],
-            fx()["rhel_coreos"]["version"]
-        );
+        assert_release_tags(&img["tags"]);
         let ami = img["id"].as_str().unwrap();
 
         // meta.json and stream.json.
@@ -534,45 +520,23 @@ fn interrupt_during_upload_deletes_the_snapshot() {
     let _ = std::fs::remove_dir_all(&root);
     let moto = Moto::start(&root.join("moto"));
     let (out, cache) = (root.join("out"), root.join("cache"));
-    let mut child = cli(&cache)
-        .args(generate_args(
+    let paused = run_until_paused(
+        cli(&cache).args(generate_args(
             &out,
             None,
             &["--aws-region", REGION, "--aws-endpoint-url", &moto.url],
-        ))
-        .env("BOOTIMAGE_GEN_PAUSE_AT", "aws-upload")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut log = String::new();
-    let t = Instant::now();
-    loop {
-        let mut line = String::new();
-        let n = err.read_line(&mut line).unwrap();
-        log.push_str(&line);
-        if n == 0 {
-            let _ = child.kill();
-            panic!("generate ended before pausing:\n{log}");
-        }
-        if line.contains("paused at aws-upload") {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(600), "no pause:\n{log}");
-    }
+        )),
+        "aws-upload",
+        Duration::from_secs(600),
+    );
+    let log = &paused.log;
     // The snapshot exists while the upload runs.
     assert_eq!(
         moto.state(REGION)["snapshots"].as_array().unwrap().len(),
         1,
         "{log}"
     );
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    log.push_str(&rest);
-    let st = child.wait().unwrap();
+    let (st, log) = paused.signal(libc::SIGINT);
     assert_eq!(st.code(), Some(130), "{log}");
     assert!(log.contains("deleted unfinished snapshot"), "{log}");
     let s = moto.state(REGION);
@@ -707,4 +671,13 @@ fn bad_endpoint_region_or_credentials_fail_clearly_and_register_nothing() {
     }
     drop(moto);
     std::fs::remove_dir_all(&root).ok();
+}
+
+/// The release and OS version tags of our snapshots and AMIs.
+fn assert_release_tags(tags: &Value) {
+    assert_eq!(tags["bootimage-gen:release"], fx()["release"]["version"]);
+    assert_eq!(
+        tags["bootimage-gen:os-version"],
+        fx()["rhel_coreos"]["version"]
+    );
 }

@@ -3,10 +3,9 @@
 //! temporary file or partial artifact is left, and that a rerun succeeds.
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// Loop devices whose backing file is under `dir`.
 fn loops_under(dir: &Path) -> Vec<String> {
@@ -63,36 +62,13 @@ fn interrupt_at(point: &str, signal: i32, code: i32, during: impl Fn(&Path, &Pat
     let _ = std::fs::remove_dir_all(&root);
     let (out, cache) = (root.join("out"), root.join("cache"));
     std::fs::create_dir_all(&root).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
-        .args(args(&out, &cache))
-        .env("BOOTIMAGE_GEN_PAUSE_AT", point)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut log = String::new();
-    let t = Instant::now();
-    loop {
-        let mut line = String::new();
-        let n = err.read_line(&mut line).unwrap();
-        log.push_str(&line);
-        if n == 0 {
-            let _ = child.kill();
-            panic!("generate ended before pausing at {point}:\n{log}");
-        }
-        if line.contains(&format!("paused at {point}")) {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(300), "no pause:\n{log}");
-    }
+    let paused = run_until_paused(
+        Command::new(env!("CARGO_BIN_EXE_bootimage-gen")).args(args(&out, &cache)),
+        point,
+        Duration::from_secs(300),
+    );
     during(&out, &cache);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, signal) };
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
-    log.push_str(&rest);
-    let st = child.wait().unwrap();
+    let (st, log) = paused.signal(signal);
     assert_eq!(
         st.code(),
         Some(code),

@@ -66,10 +66,7 @@ fn built() -> &'static Built {
 
 fn artifact(key: &str) -> PathBuf {
     let b = built();
-    let p = b.meta["images"][key]["path"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no images.{key} in {}", b.meta));
-    b.out.join(p)
+    image_file(&b.meta, &b.out, key)
 }
 
 fn read(p: &Path) -> Vec<u8> {
@@ -172,6 +169,22 @@ fn ci(args: &[&str], files: &[&Path]) -> String {
         c.arg(f);
     }
     must(&mut c)
+}
+
+/// `coreos-installer pxe customize --live-ignition ign -o out` of our
+/// live initramfs.
+fn pxe_customize(ign: &Path, out: &Path) {
+    ci(
+        &[
+            "pxe",
+            "customize",
+            "--live-ignition",
+            ign.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[&artifact("live-initramfs")],
+    );
 }
 
 fn report(what: &str, r: &BootResult) {
@@ -504,17 +517,7 @@ fn coreos_installer_extracts_and_customises() {
     // pxe customize accepts our initramfs.
     let out = b.root.join("customized-initramfs.img");
     let _ = std::fs::remove_file(&out);
-    ci(
-        &[
-            "pxe",
-            "customize",
-            "--live-ignition",
-            ign.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[&artifact("live-initramfs")],
-    );
+    pxe_customize(&ign, &out);
     let c = read(&out);
     let orig = read(&artifact("live-initramfs"));
     assert!(c.len() > orig.len());
@@ -658,17 +661,7 @@ fn pxe_customized_initramfs_boots_with_its_ignition() {
     std::fs::write(&ign, br#"{"ignition":{"version":"3.4.0"},"systemd":{}}"#).unwrap();
     let out = b.root.join("pxe-custom-initramfs.img");
     let _ = std::fs::remove_file(&out);
-    ci(
-        &[
-            "pxe",
-            "customize",
-            "--live-ignition",
-            ign.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &[&artifact("live-initramfs")],
-    );
+    pxe_customize(&ign, &out);
     let r = boot::assert_boots(
         &[Media::kernel(
             artifact("live-kernel"),

@@ -52,10 +52,7 @@ fn built() -> &'static Built {
 
 fn artifact(key: &str) -> PathBuf {
     let b = built();
-    let p = b.meta["images"][key]["path"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no images.{key} in {}", b.meta));
-    b.out.join(p)
+    image_file(&b.meta, &b.out, key)
 }
 
 fn sh(script: &str) -> String {

@@ -691,23 +691,8 @@ mod tests {
             (a.name.as_str(), a.arch.as_str(), a.boot_mode.as_str()),
             ("custom", "arm64", "uefi")
         );
-        assert!(AmiSpec::new(
-            &s,
-            "rhcos",
-            "1",
-            "x86_64",
-            "4",
-            &image("bios", "gp2", false)
-        )
-        .is_err());
-        assert!(AmiSpec::new(
-            &s,
-            "rhcos",
-            "1",
-            "x86_64",
-            "4",
-            &image("uefi", "ssd", false)
-        )
-        .is_err());
+        for bad in [image("bios", "gp2", false), image("uefi", "ssd", false)] {
+            assert!(AmiSpec::new(&s, "rhcos", "1", "x86_64", "4", &bad).is_err());
+        }
     }
 }

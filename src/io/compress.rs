@@ -230,8 +230,24 @@ fn chunked(
     );
     ensure!(chunk > 0, "chunk size must not be zero");
     let threads = crate::util::threads(threads);
-    run(kind, level, chunk, view, out, threads, progress, cache)
+    let settings = Settings {
+        kind,
+        level,
+        chunk,
+        threads,
+    };
+    run(settings, view, out, progress, cache)
         .with_context(|| format!("writing {kind}-compressed image {}", out.display()))
+}
+
+/// Validated settings of one compression run ([`chunked`]).
+#[derive(Clone, Copy)]
+struct Settings {
+    kind: Compressor,
+    level: u32,
+    chunk: usize,
+    /// Workers (at least one).
+    threads: usize,
 }
 
 /// Compressed chunks of regions several outputs share (the base disk's
@@ -587,17 +603,19 @@ impl Job<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run(
-    kind: Compressor,
-    level: u32,
-    chunk: usize,
+    settings: Settings,
     view: &dyn DiskView,
     out: &Path,
-    threads: usize,
     progress: &(dyn Fn(u64) + Sync),
     cache: Option<&ChunkCache>,
 ) -> Result<Written> {
+    let Settings {
+        kind,
+        level,
+        chunk,
+        threads,
+    } = settings;
     let len = view.len();
     let nchunks = usize::try_from(len.div_ceil(chunk as u64)).context("disk too large")?;
     let mut is_data = vec![false; nchunks];

@@ -10,6 +10,65 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The file of `images.<key>` of a run's `meta.json`, in its output `out`.
+pub fn image_file(meta: &Value, out: &Path, key: &str) -> PathBuf {
+    let p = meta["images"][key]["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no images.{key} in {meta}"));
+    out.join(p)
+}
+
+/// A `generate` run stopped at a pause point (`BOOTIMAGE_GEN_PAUSE_AT`).
+pub struct Paused {
+    pub child: Child,
+    pub err: std::io::BufReader<std::process::ChildStderr>,
+    /// Its stderr so far.
+    pub log: String,
+}
+
+/// Spawn `cmd` with `BOOTIMAGE_GEN_PAUSE_AT=point` and read its stderr
+/// until it says it paused there (within `limit`).
+pub fn run_until_paused(cmd: &mut Command, point: &str, limit: Duration) -> Paused {
+    use std::io::BufRead;
+    let mut child = cmd
+        .env("BOOTIMAGE_GEN_PAUSE_AT", point)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let t = Instant::now();
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).unwrap_or(0);
+        log.push_str(&line);
+        if line.contains(&format!("paused at {point}")) {
+            return Paused { child, err, log };
+        }
+        let why = if n == 0 {
+            "generate ended before pausing"
+        } else if t.elapsed() > limit {
+            "no pause"
+        } else {
+            continue;
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{why} at {point}:\n{log}");
+    }
+}
+
+impl Paused {
+    /// Send `signal`; its exit status and its whole stderr.
+    pub fn signal(mut self, signal: i32) -> (std::process::ExitStatus, String) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        std::io::Read::read_to_string(&mut self.err, &mut self.log).unwrap();
+        (self.child.wait().unwrap(), self.log)
+    }
+}
+
 pub fn top() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
