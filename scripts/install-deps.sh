@@ -8,7 +8,7 @@ PKGS=(
   ostree libostree-dev skopeo docker-registry apache2-utils openssl
   # disk building
   gdisk fdisk dosfstools mtools xfsprogs e2fsprogs util-linux
-  grub-pc-bin grub-efi-amd64-bin grub-common
+  grub-pc-bin grub-efi-amd64-bin grub-common shim-unsigned
   # live ISO / PXE
   xorriso isolinux syslinux-common squashfs-tools cpio genisoimage
   # test OS
