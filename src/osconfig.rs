@@ -2,7 +2,7 @@
 //! `platforms.json` (coreos-assembler / fedora-coreos-config), or the legacy
 //! `/bootimage.json`. Missing keys take the RHCOS defaults (SPEC 1.2), and
 //! each value remembers whether it came from the OS or is a default.
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -178,39 +178,152 @@ pub struct PlatformConsole {
     pub kernel_arguments: Vec<String>,
 }
 
-/// `platforms.json`: arch → platform → console settings.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+/// One platform → console settings table.
+pub type ConsoleTable = BTreeMap<String, PlatformConsole>;
+
+/// Architecture names that may key an arch-keyed platforms table.
+pub const ARCH_KEYS: [&str; 5] = ["x86_64", "aarch64", "ppc64le", "s390x", "riscv64"];
+
+/// The two shapes of `platforms.json` this tool reads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlatformsShape {
+    /// `{platform: {grub_commands, kernel_arguments}}`: what upstream ships
+    /// in the OS tree, already cut to the build arch (fedora-coreos-config
+    /// `build-rootfs` writes `platforms.yaml[arch]`; osbuild's
+    /// `org.osbuild.coreos.platform` and coreos-installer read `data[platform]`).
+    ByPlatform(ConsoleTable),
+    /// `{arch: {platform: {...}}}`: the shape of `platforms.yaml` itself,
+    /// which hand-made OS images sometimes ship.
+    ByArch(BTreeMap<String, ConsoleTable>),
+}
+
+/// `platforms.json`: console settings per platform (SPEC 1.3). Never the
+/// list of platforms an OS supports: an unlisted platform has no console
+/// settings, nothing more.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Platforms {
-    pub arches: BTreeMap<String, BTreeMap<String, PlatformConsole>>,
-    /// The raw bytes, copied as-is to `/boot/coreos/platforms.json`.
+    pub shape: PlatformsShape,
+    /// Where it was read from (for messages).
+    pub source: String,
+    /// The raw bytes, copied as-is to `/boot/coreos/platforms.json` when the
+    /// file already has upstream's shape.
     #[serde(skip)]
     pub raw: Vec<u8>,
 }
 
+const PLATFORMS_SHAPES: &str = "expected the upstream shape {\"<platform>\": {\"grub_commands\": [...], \"kernel_arguments\": [...]}} (fedora-coreos-config writes the build arch's part of platforms.yaml), or the arch-keyed shape {\"<arch>\": {\"<platform>\": {...}}}";
+
+/// One platform entry: an object (or null) whose `grub_commands` and
+/// `kernel_arguments`, when present, are lists of strings. Other keys are
+/// ignored (upstream readers use only these two).
+fn console_entry(v: &Value, path: &str) -> std::result::Result<PlatformConsole, String> {
+    let obj = match v {
+        Value::Null => return Ok(PlatformConsole::default()),
+        Value::Object(m) => m,
+        other => return Err(format!("{path} is {}, not an object", kind(other))),
+    };
+    let list = |k: &str| -> std::result::Result<Vec<String>, String> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    x.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| format!("{path}.{k}[{i}] is {}, not a string", kind(x)))
+                })
+                .collect(),
+            Some(other) => Err(format!(
+                "{path}.{k} is {}, not a list of strings",
+                kind(other)
+            )),
+        }
+    };
+    Ok(PlatformConsole {
+        grub_commands: list("grub_commands")?,
+        kernel_arguments: list("kernel_arguments")?,
+    })
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn console_table(m: &Map<String, Value>, path: &str) -> std::result::Result<ConsoleTable, String> {
+    m.iter()
+        .map(|(k, v)| Ok((k.clone(), console_entry(v, &format!("{path}.{k}"))?)))
+        .collect()
+}
+
 impl Platforms {
     pub fn parse(raw: &[u8], source: &str) -> Result<Self> {
-        let arches: BTreeMap<String, BTreeMap<String, Option<PlatformConsole>>> = serde_json::from_slice(raw)
-            .with_context(|| format!("{source} is not a platforms table ({{arch: {{platform: {{grub_commands, kernel_arguments}}}}}})"))?;
-        let arches = arches
-            .into_iter()
-            .map(|(a, p)| {
-                (
-                    a,
-                    p.into_iter()
-                        .map(|(k, v)| (k, v.unwrap_or_default()))
-                        .collect(),
-                )
-            })
-            .collect();
+        let v: Value = serde_json::from_slice(raw)
+            .with_context(|| format!("{source} is not valid JSON ({PLATFORMS_SHAPES})"))?;
+        let Value::Object(top) = &v else {
+            bail!(
+                "{source} is {}, not a platforms table: {PLATFORMS_SHAPES}",
+                kind(&v)
+            );
+        };
+        let arch_keyed = !top.is_empty() && top.keys().all(|k| ARCH_KEYS.contains(&k.as_str()));
+        let shape = if arch_keyed {
+            let mut arches = BTreeMap::new();
+            for (a, t) in top {
+                let Value::Object(t) = t else {
+                    bail!(
+                        "{source}: .{a} is {}, not a table of platforms: {PLATFORMS_SHAPES}",
+                        kind(t)
+                    );
+                };
+                let table = console_table(t, a)
+                    .map_err(|e| anyhow!("{source}: {e}: {PLATFORMS_SHAPES}"))?;
+                arches.insert(a.clone(), table);
+            }
+            PlatformsShape::ByArch(arches)
+        } else {
+            let table =
+                console_table(top, "").map_err(|e| anyhow!("{source}: {e}: {PLATFORMS_SHAPES}"))?;
+            PlatformsShape::ByPlatform(table)
+        };
         Ok(Platforms {
-            arches,
+            shape,
+            source: source.to_string(),
             raw: raw.to_vec(),
         })
     }
 
-    /// The platforms listed for an architecture.
-    pub fn for_arch(&self, arch: &str) -> Option<&BTreeMap<String, PlatformConsole>> {
-        self.arches.get(arch)
+    /// The console table for the OS's architecture. An upstream-shaped file
+    /// is already the build arch's; an arch-keyed one must have `arch`.
+    pub fn for_arch(&self, arch: &str) -> Result<&ConsoleTable> {
+        match &self.shape {
+            PlatformsShape::ByPlatform(t) => Ok(t),
+            PlatformsShape::ByArch(m) => m.get(arch).with_context(|| {
+                format!(
+                    "{} is keyed by architecture and has no entry for {arch} (it has {}); add a {arch} entry, or ship it in the upstream shape {{\"<platform>\": {{...}}}}",
+                    self.source,
+                    m.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }),
+        }
+    }
+
+    /// What goes to `/boot/coreos/platforms.json` (read by coreos-installer
+    /// as `data[platform]`): the file itself in upstream's shape, else the
+    /// arch's part of an arch-keyed file, in upstream's shape.
+    pub fn boot_json(&self, arch: &str) -> Result<Vec<u8>> {
+        match &self.shape {
+            PlatformsShape::ByPlatform(_) => Ok(self.raw.clone()),
+            PlatformsShape::ByArch(_) => Ok(serde_json::to_vec_pretty(self.for_arch(arch)?)?),
+        }
     }
 }
 
@@ -299,13 +412,81 @@ mod tests {
         assert!(ImageConfig::from_json(Some(&json!([1])), "image.json").is_err());
     }
     #[test]
-    fn platforms_table() {
-        let p = Platforms::parse(br#"{"x86_64":{"metal":{},"qemu":{"grub_commands":["serial"],"kernel_arguments":["console=ttyS0"]},"azure":null}}"#, "p").unwrap();
+    fn platforms_upstream_shape() {
+        // fedora-coreos-config's per-arch output: keyed by platform, no metal.
+        let p = Platforms::parse(br#"{"qemu":{"grub_commands":["serial --speed=115200"],"kernel_arguments":["console=tty0","console=ttyS0,115200n8"]},"azure":{"kernel_arguments":["console=ttyS0,115200n8"]},"gcp":null}"#, "p").unwrap();
+        let x = p.for_arch("x86_64").unwrap();
+        assert_eq!(
+            x["qemu"].kernel_arguments,
+            vec!["console=tty0", "console=ttyS0,115200n8"]
+        );
+        assert_eq!(x["qemu"].grub_commands, vec!["serial --speed=115200"]);
+        assert!(x["azure"].grub_commands.is_empty());
+        assert!(x.contains_key("gcp"));
+        assert!(!x.contains_key("metal"));
+        assert!(matches!(p.shape, PlatformsShape::ByPlatform(_)));
+        // Copied verbatim to /boot/coreos/platforms.json.
+        assert_eq!(p.boot_json("aarch64").unwrap(), p.raw);
+        // Unknown keys inside an entry are ignored (readers use two keys).
+        let p =
+            Platforms::parse(br#"{"aws":{"kernel_arguments":["a"],"comment":"x"}}"#, "p").unwrap();
+        assert_eq!(
+            p.for_arch("x86_64").unwrap()["aws"].kernel_arguments,
+            vec!["a"]
+        );
+        // An empty file is a valid (empty) table.
+        assert!(Platforms::parse(b"{}", "p")
+            .unwrap()
+            .for_arch("s390x")
+            .unwrap()
+            .is_empty());
+    }
+    #[test]
+    fn platforms_arch_keyed_shape() {
+        let p = Platforms::parse(br#"{"x86_64":{"metal":{},"qemu":{"grub_commands":["serial"],"kernel_arguments":["console=ttyS0"]},"azure":null},"aarch64":{"qemu":{"kernel_arguments":["console=ttyAMA0"]}}}"#, "p").unwrap();
         let x = p.for_arch("x86_64").unwrap();
         assert_eq!(x["qemu"].kernel_arguments, vec!["console=ttyS0"]);
         assert!(x["metal"].grub_commands.is_empty());
-        assert!(x.contains_key("azure"));
-        assert!(Platforms::parse(b"[]", "p").is_err());
+        assert_eq!(
+            p.for_arch("aarch64").unwrap()["qemu"].kernel_arguments,
+            vec!["console=ttyAMA0"]
+        );
+        let e = format!("{:#}", p.for_arch("s390x").unwrap_err());
+        assert!(
+            e.contains("no entry for s390x") && e.contains("x86_64, aarch64")
+                || e.contains("aarch64, x86_64"),
+            "{e}"
+        );
+        // /boot/coreos/platforms.json gets the arch's part, in upstream's shape.
+        let b: Value = serde_json::from_slice(&p.boot_json("aarch64").unwrap()).unwrap();
+        assert_eq!(
+            b,
+            json!({"qemu": {"grub_commands": [], "kernel_arguments": ["console=ttyAMA0"]}})
+        );
+    }
+    #[test]
+    fn platforms_neither_shape_names_file_and_both_shapes() {
+        for bad in [
+            &b"[]"[..],
+            br#"{"qemu":"console=ttyS0"}"#,
+            br#"{"qemu":{"kernel_arguments":"console=ttyS0"}}"#,
+            br#"{"x86_64":["qemu"]}"#,
+            br#"{"qemu":{"kernel_arguments":[1]}}"#,
+            b"not json",
+        ] {
+            let e = format!(
+                "{:#}",
+                Platforms::parse(bad, "/usr/share/coreos-assembler/platforms.json").unwrap_err()
+            );
+            assert!(
+                e.contains("/usr/share/coreos-assembler/platforms.json"),
+                "{e}"
+            );
+            assert!(
+                e.contains("upstream shape") && e.contains("arch-keyed shape"),
+                "{e}"
+            );
+        }
     }
     #[test]
     fn legacy_bootimage_json() {

@@ -6,7 +6,7 @@ use crate::io::compress::Compressor;
 use crate::oscontainer::OsInfo;
 use crate::platforms::{PlatformSpec, GRUB_SERIAL};
 use crate::release::resolve::Resolved;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -137,39 +137,32 @@ pub fn disk_sizes(content: u64, image_size_gib: u64) -> (u64, u64, u64) {
     (root, metal, cloud)
 }
 
-/// Console settings of a platform: the OS's platforms.json, else SPEC 3's
-/// table when the OS ships none.
+/// Console settings of a platform (SPEC 1.3): its entry in the OS's
+/// platforms.json; none when the file does not list it (upstream never lists
+/// metal: such a platform gets `ignition.platform.id` only); SPEC 3's table
+/// only when the OS ships no platforms.json at all.
 pub fn console(
     spec: &PlatformSpec,
     os: Option<&OsInfo>,
     arch: &str,
 ) -> Result<(Vec<String>, Vec<String>, String)> {
     if let Some(p) = os.and_then(|o| o.config.platforms.as_ref()) {
-        let Some(table) = p.for_arch(arch) else {
-            bail!(
-                "the OS's platforms.json has no entry for architecture {arch} (it lists {})",
-                p.arches.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
-        };
-        let Some(c) = table.get(spec.ignition_id) else {
-            let both: Vec<&str> = crate::platforms::PLATFORMS
-                .iter()
-                .filter(|p| p.built && table.contains_key(p.ignition_id))
-                .map(|p| p.name)
-                .collect();
-            bail!(
-                "the OS does not support platform {}: its platforms.json lists {} for {arch}; this tool builds {} of those; leave {} out, or ask for `all` (every platform both support)",
-                spec.name,
-                table.keys().cloned().collect::<Vec<_>>().join(", "),
-                both.join(", "),
-                spec.name
-            );
-        };
-        return Ok((
-            c.kernel_arguments.clone(),
-            c.grub_commands.clone(),
-            "OS platforms.json".into(),
-        ));
+        let table = p.for_arch(arch)?;
+        return Ok(match table.get(spec.ignition_id) {
+            Some(c) => (
+                c.kernel_arguments.clone(),
+                c.grub_commands.clone(),
+                format!("{} entry {}", p.source, spec.ignition_id),
+            ),
+            None => (
+                vec![],
+                vec![],
+                format!(
+                    "none: {} does not list {} (ignition.platform.id only, as upstream)",
+                    p.source, spec.ignition_id
+                ),
+            ),
+        });
     }
     let grub = if spec.default_serial {
         GRUB_SERIAL.iter().map(|s| s.to_string()).collect()
@@ -331,7 +324,7 @@ impl Plan {
                 digest: r.os_digest.clone(),
                 format: r.os_format.to_string(),
                 imported: i.os.is_some(),
-                commit: i.os.map(|o| o.commit.clone()),
+                commit: i.os.map(|o| o.image_commit.clone()),
                 kernel: i.os.map(|o| o.kernel_version.clone()),
             },
             name,

@@ -450,11 +450,24 @@ fn deployment_kargs_and_boot_files() {
         );
         assert!(!opts.contains("root="), "no root= karg: {opts}");
         assert!(words.iter().any(|w| w.starts_with("ostree=")), "{opts}");
-        // The platform's console settings come from the OS's platforms.json.
+        // The platform's console settings come from the OS's platforms.json,
+        // keyed by platform as upstream ships it; metal is not listed there
+        // (no console settings: ignition.platform.id alone).
         let pj: Value =
             serde_json::from_slice(&std::fs::read(boot.0.join("coreos/platforms.json")).unwrap())
                 .unwrap();
-        let plat = &pj["x86_64"][key];
+        assert!(
+            pj.get("x86_64").is_none(),
+            "platforms.json is keyed by platform: {pj}"
+        );
+        let plat = &pj[key];
+        if key == "metal" {
+            assert!(plat.is_null(), "upstream never lists metal: {pj}");
+            assert!(
+                words.last() == Some(&"ignition.platform.id=metal"),
+                "{opts}"
+            );
+        }
         let kargs: Vec<String> = plat["kernel_arguments"]
             .as_array()
             .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())

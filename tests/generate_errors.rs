@@ -785,61 +785,218 @@ fn dry_run_writes_nothing() {
     }
 }
 
+/// SPEC 1.3: platforms.json only supplies console settings. A platform it
+/// does not list (metal never is, upstream) is built with
+/// `ignition.platform.id` alone; the plan says where each console came from.
 #[test]
-fn os_platforms_json_lacks_a_requested_platform() {
+fn unlisted_platforms_are_planned_with_no_console() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    ok_json(&sb.cache(), &["inspect", &oci("release"), "--import"]);
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release"),
+            "metal",
+            "metal4k",
+            "qemu",
+            "--dry-run",
+            "-o",
+            p(&out),
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let art = |name: &str| {
+        plan["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["platform"] == name)
+            .unwrap_or_else(|| panic!("{name} not planned: {plan:#}"))
+            .clone()
+    };
+    for m in ["metal", "metal4k"] {
+        let a = art(m);
+        assert_eq!(a["kargs"], serde_json::json!([]), "{a:#}");
+        assert_eq!(a["grub_commands"], serde_json::json!([]), "{a:#}");
+        let src = a["console_source"].as_str().unwrap();
+        assert!(src.contains("does not list metal"), "{src}");
+    }
+    let q = art("qemu");
+    assert!(
+        q["console_source"]
+            .as_str()
+            .unwrap()
+            .contains("platforms.json entry qemu"),
+        "{q:#}"
+    );
+    assert!(!q["kargs"].as_array().unwrap().is_empty(), "{q:#}");
+    assert_not_created(&out);
+}
+
+/// `all` = what the release's pinned stream lists for the arch, plus
+/// metal4k and live with metal; listed platforms this version cannot build
+/// are reported as skipped.
+#[test]
+fn all_follows_the_release_stream() {
     let sb = Sandbox::new();
     let out = sb.path("out");
     let r = generate(
         &sb,
         &[],
-        &[&oci("release-nogcp"), "metal", "gcp", "-o", p(&out)],
+        &[&oci("release"), "all", "--dry-run", "-o", p(&out)],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let mut names: Vec<String> = plan["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["platform"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    // What the fixture's stream (the release's coreos-bootimages ConfigMap) lists.
+    let stream = fixture_stream();
+    let listed: Vec<String> = stream["architectures"]["x86_64"]["artifacts"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let built = bootimage_built_platforms();
+    let mut want: Vec<String> = listed
+        .iter()
+        .filter(|p| built.contains(p))
+        .cloned()
+        .collect();
+    want.extend(["metal4k".to_string(), "live".to_string()]);
+    want.sort();
+    want.dedup();
+    assert_eq!(names, want, "{}", r.stderr);
+    for p in listed.iter().filter(|p| !built.contains(p)) {
+        assert!(
+            r.stderr.contains(p.as_str()) && r.stderr.contains("skipping"),
+            "{p} not reported as skipped:\n{}",
+            r.stderr
+        );
+    }
+    assert_not_created(&out);
+}
+
+/// The stream JSON the fixture release pins: `data.stream` of the
+/// `coreos-bootimages` ConfigMap in the release's last layer, read here with
+/// tar, flate2 and serde_yaml straight from the OCI layout.
+fn fixture_stream() -> serde_json::Value {
+    use std::io::Read;
+    let layout = fixture_dir().join("oci");
+    let blob = |d: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let desc = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["annotations"]["org.opencontainers.image.ref.name"] == "release")
+        .unwrap()
+        .clone();
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(blob(desc["digest"].as_str().unwrap())).unwrap())
+            .unwrap();
+    let last = manifest["layers"].as_array().unwrap().last().unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(blob(&last)).unwrap());
+    let mut ar = tar::Archive::new(gz);
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path()
+            .unwrap()
+            .to_string_lossy()
+            .ends_with("0000_50_installer_coreos-bootimages.yaml")
+        {
+            let mut t = String::new();
+            e.read_to_string(&mut t).unwrap();
+            let cm: serde_yaml::Value = serde_yaml::from_str(&t).unwrap();
+            return serde_json::from_str(cm["data"]["stream"].as_str().unwrap()).unwrap();
+        }
+    }
+    panic!("no coreos-bootimages ConfigMap in the release layer");
+}
+
+/// Platforms this version builds, from `bootimage-gen platforms --json`.
+fn bootimage_built_platforms() -> Vec<String> {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+        .args(["platforms", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["built"] == true)
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The arch-keyed shape (hand-made OS images) is read for the build arch;
+/// a platforms.json in neither shape is refused naming the file and both.
+#[test]
+fn platforms_json_shapes() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    ok_json(
+        &sb.cache(),
+        &["inspect", &oci("release-archkeyed"), "--import"],
+    );
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release-archkeyed"),
+            "qemu",
+            "metal",
+            "--dry-run",
+            "-o",
+            p(&out),
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let q = plan["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["platform"] == "qemu")
+        .unwrap();
+    assert!(
+        q["kargs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k.as_str().unwrap().starts_with("console=")),
+        "{q:#}"
+    );
+    let r = generate(
+        &sb,
+        &[],
+        &[&oci("release-badplatforms"), "metal", "-o", p(&out)],
     );
     assert_fails(
         &sb,
         &r,
         &[
-            "does not support platform gcp",
-            "platforms.json",
-            "metal",
-            "vmware",
-            "this tool builds",
-            "all",
+            "/usr/share/coreos-assembler/platforms.json",
+            "upstream shape",
+            "arch-keyed shape",
         ],
     );
-    assert_not_created(&out);
-}
-
-#[test]
-fn all_skips_what_the_os_does_not_list() {
-    let sb = Sandbox::new();
-    let out = sb.path("out");
-    // Once the OS is imported, the plan knows its platforms.json.
-    ok_json(&sb.cache(), &["inspect", &oci("release-nogcp"), "--import"]);
-    let r = generate(
-        &sb,
-        &[],
-        &[&oci("release-nogcp"), "all", "--dry-run", "-o", p(&out)],
-    );
-    assert_eq!(r.code, Some(0), "{}", r.stderr);
-    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    let names: Vec<&str> = plan["artifacts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["platform"].as_str().unwrap())
-        .collect();
-    assert!(!names.contains(&"gcp"), "{names:?}");
-    for n in [
-        "metal",
-        "metal4k",
-        "qemu",
-        "openstack",
-        "aws",
-        "vmware",
-        "azure",
-    ] {
-        assert!(names.contains(&n), "{n} missing from {names:?}");
-    }
     assert_not_created(&out);
 }
 

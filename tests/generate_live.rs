@@ -125,7 +125,8 @@ fn want_kargs() -> String {
     for a in image["extra-kargs"].as_array().into_iter().flatten() {
         k.push(a.as_str().unwrap().to_string());
     }
-    for a in platforms["x86_64"]["metal"]["kernel_arguments"]
+    // Keyed by platform (upstream's shape); metal is normally not listed.
+    for a in platforms["metal"]["kernel_arguments"]
         .as_array()
         .into_iter()
         .flatten()

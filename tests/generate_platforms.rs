@@ -360,10 +360,16 @@ fn ova_members_manifest_and_ovf() {
         xp("string(//*[local-name()='ProductSection']/*[local-name()='Version'])")
             .contains(built().meta["ostree-version"].as_str().unwrap())
     );
+    // Firmware and secure boot: cosa's vmw:Config keys (vSphere ConfigSpec
+    // property paths), directly in the VirtualHardwareSection.
+    let cfg = |key: &str| {
+        xp(&format!("string(//*[local-name()='VirtualHardwareSection']/*[local-name()='Config'][@*[local-name()='key']='{key}']/@*[local-name()='value'])"))
+    };
+    assert_eq!(cfg("bootOptions.efiSecureBootEnabled"), "true");
+    assert_eq!(cfg("firmware"), "efi");
     let all = std::fs::read_to_string(&ovf).unwrap();
-    assert!(
-        all.contains("uefi.secureBoot.enabled") && all.contains("guestinfo.ignition.config.data")
-    );
+    assert!(!all.contains("uefi.secureBoot.enabled"));
+    assert!(all.contains("guestinfo.ignition.config.data"));
 }
 
 #[test]
@@ -433,7 +439,7 @@ fn each_platform_has_its_own_kargs_and_console() {
             opts.contains(&format!("ignition.platform.id={platform}")),
             "{platform}: {opts}"
         );
-        let kargs: Vec<String> = pj["x86_64"][platform]["kernel_arguments"]
+        let kargs: Vec<String> = pj[platform]["kernel_arguments"]
             .as_array()
             .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
             .unwrap_or_default();
@@ -442,7 +448,7 @@ fn each_platform_has_its_own_kargs_and_console() {
             "{platform}: {opts} vs {kargs:?}"
         );
         let console = read("/grub2/console.cfg");
-        for c in pj["x86_64"][platform]["grub_commands"]
+        for c in pj[platform]["grub_commands"]
             .as_array()
             .into_iter()
             .flatten()

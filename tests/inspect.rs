@@ -25,16 +25,20 @@ fn check_native(doc: &Value) {
     assert_eq!(doc["os"]["osname"], f["osname"]);
     assert_eq!(doc["os"]["imported"], true);
     assert!(doc["os"]["commit"].as_str().unwrap().len() == 64);
+    // The OS's own commit (meta.json's), not the import's merge commit.
+    assert_eq!(doc["os"]["commit"], f["rhel_coreos"]["commit"]);
+    assert_eq!(doc["os"]["derived"], false);
     let img = &doc["bootimage-config"]["image"];
     assert_eq!(img["size"]["value"], 10);
     assert_eq!(img["size"]["default"], false);
     assert_eq!(img["vmware-hw-version"]["value"], 17);
     assert_eq!(img["aws-volume-type"]["value"], "gp3");
     assert_eq!(img["extra-kargs"]["value"][0], "mitigations=auto,nosmt");
-    let plats = doc["bootimage-config"]["platforms"]["x86_64"]
-        .as_object()
-        .unwrap();
-    assert!(plats.contains_key("qemu") && plats.contains_key("metal"));
+    // platforms.json as upstream ships it: keyed by platform, no metal.
+    let pj = &doc["bootimage-config"]["platforms"];
+    assert_eq!(pj["shape"], "by-platform", "{pj:#}");
+    let plats = pj["console"].as_object().unwrap();
+    assert!(plats.contains_key("qemu") && !plats.contains_key("metal"));
     assert_eq!(
         plats["qemu"]["kernel_arguments"][1],
         "console=ttyS0,115200n8"
@@ -89,10 +93,48 @@ fn text_output_names_everything() {
         "gp3",
         "us-east-1",
         "eu-west-1",
-        "metal",
+        "qemu",
     ] {
         assert!(out.contains(needle), "text output lacks {needle}:\n{out}");
     }
+}
+
+/// Issue 21: the same document cold and cached, apart from the fields
+/// docs/inspect-json.md marks cache-dependent; the same for the text.
+#[test]
+fn same_identity_cold_and_cached() {
+    let c = cache();
+    let args = ["inspect", &oci("release"), "--import", "--json"];
+    let mut cold = ok_json(c.path(), &args);
+    let mut warm = ok_json(c.path(), &args);
+    assert_eq!(cold["os"]["from-cache"], false);
+    assert_eq!(warm["os"]["from-cache"], true);
+    assert_eq!(cold["os"]["commit"], fx()["rhel_coreos"]["commit"]);
+    for d in [&mut cold, &mut warm] {
+        for k in ["from-cache", "import-commit"] {
+            d["os"].as_object_mut().unwrap().remove(k);
+        }
+    }
+    assert_eq!(cold, warm);
+    // Without --import: a fresh cache and one holding the import name the
+    // same commit (the label's), as meta.json does.
+    let fresh = cache();
+    let label = ok_json(fresh.path(), &["inspect", &oci("release"), "--json"]);
+    let cached = ok_json(c.path(), &["inspect", &oci("release"), "--json"]);
+    assert_eq!(label["os"]["commit"], cached["os"]["commit"]);
+    assert_eq!(label["os"]["commit"], fx()["rhel_coreos"]["commit"]);
+    // Text: identical apart from the "imported" line.
+    let text = |dir: &Path| {
+        let o = run(dir, &["inspect", &oci("release"), "--import"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("imported"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let t = cache();
+    assert_eq!(text(t.path()), text(t.path()));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "bootimage-gen",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("BOOTIMAGE_GEN_GIT_COMMIT"), ")"),
     propagate_version = true,
     max_term_width = 100
 )]
@@ -50,6 +50,38 @@ pub enum Command {
     /// Run a disk job inside the backend VM (internal).
     #[command(hide = true)]
     VmJob(VmJobArgs),
+    /// Print the shell completion script for bash, zsh or fish.
+    ///
+    /// Example: bootimage-gen completions bash > /etc/bash_completion.d/bootimage-gen
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), or write one page per command to a
+    /// directory.
+    ///
+    /// Example: bootimage-gen man | man -l -
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+/// Shells `completions` writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write bootimage-gen.1 and bootimage-gen-<command>.1 into DIR instead
+    /// of printing bootimage-gen.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -207,6 +239,12 @@ pub struct InputArgs {
     /// (e.g. rhel-coreos-10). Default: rhel-coreos, else machine-os-content.
     #[arg(long, value_name = "TAG")]
     pub os_stream: Option<String>,
+    /// Architecture to pick when the release (or its OS image) is a manifest
+    /// list / OCI index, such as the `-multi` payloads: x86_64, aarch64,
+    /// ppc64le or s390x (amd64 and arm64 are accepted too). Default: this
+    /// host's. The chosen digest is printed by `inspect`.
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<String>,
     /// Cache directory (imported OS commits). Default: $XDG_CACHE_HOME/bootimage-gen.
     #[arg(long, value_name = "DIR", env = "BOOTIMAGE_GEN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,

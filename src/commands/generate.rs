@@ -28,7 +28,10 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
     let specs = parse_platforms(&a.platforms)?;
     let aws_settings = crate::aws::Settings::from_args(&a.aws)?;
-    if aws_settings.is_some() && !specs.iter().any(|p| p.name == "aws") {
+    if aws_settings.is_some()
+        && !specs.iter().any(|p| p.name == "aws")
+        && !a.platforms.iter().any(|p| p == ALL)
+    {
         bail!(
             "--aws-register registers the aws disk: add the aws platform (or all) to the platforms"
         );
@@ -53,7 +56,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         None => None,
     };
     let mut specs = if a.platforms.iter().any(|p| p == ALL) {
-        restrict_to_os(specs, &a.platforms, os, &loaded.resolved.arch)
+        expand_all(specs, &loaded.resolved, &reporter)
     } else {
         specs
     };
@@ -228,7 +231,7 @@ fn aws_preflight(
     r: &Reporter,
 ) -> Result<crate::aws::AmiSpec> {
     if !plan.artifacts.iter().any(|x| x.platform == "aws") {
-        bail!("--aws-register needs the aws platform, which is not planned (the OS's platforms.json lacks it); name aws explicitly");
+        bail!("--aws-register needs the aws platform, which is not planned (the release's stream does not list it); name aws explicitly");
     }
     let spec = crate::aws::AmiSpec::new(
         s,
@@ -242,18 +245,16 @@ fn aws_preflight(
     Ok(spec)
 }
 
-/// The platform named `all`: every platform this tool builds.
+/// The platform named `all` (SPEC 1.3): what the release's pinned stream
+/// lists for the arch, else every platform this tool builds.
 pub const ALL: &str = "all";
 
+/// The platforms named explicitly (`all` is expanded later, by
+/// [`expand_all`], once the release's stream is known).
 fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
     let mut v: Vec<&'static PlatformSpec> = Vec::new();
     for n in names {
         if n == ALL {
-            for p in platforms::PLATFORMS.iter().filter(|p| p.built) {
-                if !v.iter().any(|x| x.name == p.name) {
-                    v.push(p);
-                }
-            }
             continue;
         }
         let Some(p) = platforms::find(n) else {
@@ -280,24 +281,62 @@ fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
     Ok(v)
 }
 
-/// `all` means the platforms the OS supports: those its platforms.json lists
-/// for the architecture (metal4k with metal). Platforms named explicitly stay.
-fn restrict_to_os(
-    specs: Vec<&'static PlatformSpec>,
-    named: &[String],
-    os: Option<&OsInfo>,
-    arch: &str,
+/// `all`: every platform the release's own pinned stream (its
+/// `coreos-bootimages` ConfigMap) lists for the arch, plus `metal4k` and
+/// `live` when it lists `metal`; with no stream for the arch, every platform
+/// this tool builds. A listed platform this tool cannot build is reported as
+/// skipped, never an error. Platforms named explicitly stay.
+fn expand_all(
+    named: Vec<&'static PlatformSpec>,
+    resolved: &crate::release::resolve::Resolved,
+    r: &Reporter,
 ) -> Vec<&'static PlatformSpec> {
-    let Some(table) = os
-        .and_then(|o| o.config.platforms.as_ref())
-        .and_then(|p| p.for_arch(arch))
-    else {
-        return specs;
+    let arch = &resolved.arch;
+    let listed = resolved
+        .stream
+        .as_ref()
+        .and_then(|s| crate::release::stream_platforms(s, arch));
+    let wanted: Vec<&'static PlatformSpec> = match &listed {
+        Some(list) => {
+            let mut skipped = Vec::new();
+            for p in list {
+                match platforms::find(p) {
+                    Some(s) if s.built => {}
+                    Some(_) => skipped.push(format!("{p} (not built by this version yet)")),
+                    None => skipped.push(format!("{p} (unknown to this version)")),
+                }
+            }
+            if !skipped.is_empty() {
+                r.note(&format!(
+                    "all: skipping {} listed by the release's stream for {arch}: {}",
+                    skipped.len(),
+                    skipped.join(", ")
+                ));
+            }
+            let metal = list.iter().any(|p| p == "metal");
+            platforms::PLATFORMS
+                .iter()
+                .filter(|s| s.built)
+                .filter(|s| {
+                    list.iter().any(|p| p == s.name)
+                        || (metal && (s.name == "metal4k" || s.name == LIVE))
+                })
+                .collect()
+        }
+        None => {
+            r.note(&format!(
+                "all: the release pins no stream listing {arch} artifacts: every platform this tool builds"
+            ));
+            platforms::PLATFORMS.iter().filter(|s| s.built).collect()
+        }
     };
-    specs
-        .into_iter()
-        .filter(|p| named.iter().any(|n| n == p.name) || table.contains_key(p.ignition_id))
-        .collect()
+    let mut out = named;
+    for s in wanted {
+        if !out.iter().any(|x| x.name == s.name) {
+            out.push(s);
+        }
+    }
+    out
 }
 
 /// `--base-url` must be an absolute URL with a scheme and a host.
@@ -511,14 +550,10 @@ fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
 }
 
 fn start_meta(plan: &Plan, os: &OsInfo, r: &crate::release::resolve::Resolved) -> Meta {
-    // cosa records the OS build's own commit: for an ostree-native image that
-    // is its `ostree.commit` label (the commit deployed here is ostree-ext's
-    // local merge commit over it, which differs per import).
-    let commit = r
-        .os_labels
-        .get(crate::oscontainer::LABEL_OSTREE_COMMIT)
-        .filter(|c| c.len() == 64 && c.chars().all(|x| x.is_ascii_hexdigit()))
-        .unwrap_or(&os.commit);
+    // cosa records the OS build's own commit (for an ostree-native image its
+    // `ostree.commit` label; the commit deployed here is ostree-ext's local
+    // merge commit over it, which differs per import).
+    let commit = &os.image_commit;
     let mut m = Meta::new(
         &plan.name,
         &os.version,
@@ -634,7 +669,13 @@ impl Builder<'_> {
             kernel_version: self.os.kernel_version.clone(),
             commit: self.os.commit.clone(),
             osname: self.os.osname.clone(),
-            platforms_json: self.os.config.platforms.as_ref().map(|p| p.raw.clone()),
+            platforms_json: self
+                .os
+                .config
+                .platforms
+                .as_ref()
+                .map(|p| p.boot_json(&self.plan.release.arch))
+                .transpose()?,
             origin: self.origin(),
             aleph: self.aleph(),
             esp4k: self.plan.artifacts.iter().any(|x| x.sector_size == 4096),

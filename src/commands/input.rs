@@ -23,8 +23,13 @@ impl Input {
     /// Validate the options before any side effect.
     pub fn from_args(a: &InputArgs) -> Result<Self> {
         let release = ImageRef::parse(&a.release)?;
-        let fetch =
+        let mut fetch =
             FetchOptions::resolve(a.registry_config.clone(), a.insecure, a.cert_dir.clone())?;
+        fetch.arch = a
+            .arch
+            .as_deref()
+            .map(crate::release::parse_arch)
+            .transpose()?;
         let mirrors = a.idms_file.as_deref().map(Mirrors::from_file).transpose()?;
         Ok(Input {
             release,
@@ -47,6 +52,9 @@ pub struct Loaded {
 /// Resolve the release; import the OS when `import` (or reuse a cached
 /// import of the same digest when one exists).
 pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
+    for note in &input.fetch.skipped_auth {
+        ui::status(note);
+    }
     let cache = Cache::open(&input.cache_dir)?;
     let tmp = cache.tempdir()?;
     let scratch = tmp.path().join("skopeo");

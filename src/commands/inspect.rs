@@ -31,8 +31,10 @@ pub fn document(l: &Loaded) -> Value {
     let labels = &r.os_labels;
     let label = |k: &str| labels.get(k).cloned();
     let os = l.os.as_ref();
+    // The OS's own commit, whatever the cache holds (the import's merge
+    // commit is `import-commit`).
     let commit = os
-        .map(|o| o.commit.clone())
+        .map(|o| o.image_commit.clone())
         .or_else(|| label(crate::oscontainer::LABEL_OSTREE_COMMIT))
         .or_else(|| label(crate::oscontainer::LABEL_LEGACY_COMMIT));
     let version = os
@@ -61,7 +63,14 @@ pub fn document(l: &Loaded) -> Value {
                 "aws-x86-boot-mode": setting(&i.aws_x86_boot_mode),
                 "live-rootfs-fstype": setting(&i.live_rootfs_fstype),
             },
-            "platforms": o.config.platforms.as_ref().map(|p| &p.arches),
+            "platforms": o.config.platforms.as_ref().map(|p| json!({
+                "source": p.source,
+                "shape": match p.shape {
+                    crate::osconfig::PlatformsShape::ByPlatform(_) => "by-platform",
+                    crate::osconfig::PlatformsShape::ByArch(_) => "by-arch",
+                },
+                "console": p.for_arch(&r.arch).ok(),
+            })),
             "live-templates": o.config.has_live_templates,
         })
     });
@@ -73,6 +82,7 @@ pub fn document(l: &Loaded) -> Value {
             "version": r.release_version,
             "architecture": r.arch,
             "metadata": r.payload.as_ref().and_then(|p| p.metadata.clone()),
+            "index": r.release_index,
         },
         "os": {
             "tag": r.os_tag,
@@ -81,6 +91,10 @@ pub fn document(l: &Loaded) -> Value {
             "digest": r.os_digest,
             "format": r.os_format,
             "commit": commit,
+            "import-commit": os.map(|o| o.commit.clone()),
+            "index": r.os_index,
+            "derived": r.os_derived_layers.map(|n| n > 0),
+            "derived-layers": r.os_derived_layers,
             "version": version,
             "release-annotation": r.os_release_annotation,
             "kernel": kernel,
@@ -109,6 +123,17 @@ fn print_text(d: &Value) {
     row("reference", s(&d["release"]["reference"]));
     row("version", s(&d["release"]["version"]));
     row("digest", s(&d["release"]["digest"]));
+    if let Some(i) = d["release"]["index"].as_object() {
+        row(
+            "manifest list",
+            format!(
+                "{} -> {} ({})",
+                s(&i["index_digest"]),
+                s(&i["digest"]),
+                s(&i["platform"])
+            ),
+        );
+    }
     row("architecture", s(&d["release"]["architecture"]));
     let o = &d["os"];
     println!("OS image");
@@ -116,8 +141,29 @@ fn print_text(d: &Value) {
     row("pullspec", s(&o["pullspec"]));
     row("read from", s(&o["source"]));
     row("digest", s(&o["digest"]));
+    if let Some(i) = o["index"].as_object() {
+        row(
+            "manifest list",
+            format!(
+                "{} -> {} ({})",
+                s(&i["index_digest"]),
+                s(&i["digest"]),
+                s(&i["platform"])
+            ),
+        );
+    }
     row("format", s(&o["format"]));
     row("ostree commit", s(&o["commit"]));
+    if let Some(n) = o["derived-layers"].as_u64() {
+        row(
+            "derived",
+            if n == 0 {
+                "no (the ostree commit alone)".into()
+            } else {
+                format!("yes: {n} container layer(s) on the ostree commit")
+            },
+        );
+    }
     row("version", s(&o["version"]));
     row("kernel", s(&o["kernel"]));
     row("osname", s(&o["osname"]));
@@ -160,22 +206,29 @@ fn print_text(d: &Value) {
             }
             match c["platforms"].as_object() {
                 Some(p) => {
-                    for (arch, plats) in p {
-                        let names: Vec<&String> = plats
-                            .as_object()
-                            .map(|m| m.keys().collect())
-                            .unwrap_or_default();
-                        row(
-                            &format!("platforms {arch}"),
-                            names
-                                .iter()
-                                .map(|n| n.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                        );
-                    }
+                    let names: Vec<String> = p
+                        .get("console")
+                        .and_then(|t| t.as_object())
+                        .map(|m| m.keys().cloned().collect())
+                        .unwrap_or_default();
+                    row(
+                        "platforms.json",
+                        format!(
+                            "{} ({}): console settings for {}",
+                            s(&p["source"]),
+                            s(&p["shape"]),
+                            if names.is_empty() {
+                                "none".into()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                    );
                 }
-                None => row("platforms", "(none: the OS ships no platforms.json)".into()),
+                None => row(
+                    "platforms.json",
+                    "(none: the OS ships no platforms.json)".into(),
+                ),
             }
             row(
                 "live templates",

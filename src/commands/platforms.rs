@@ -28,5 +28,13 @@ pub fn run(a: PlatformsArgs) -> Result<()> {
             p.name, artifact, p.format, p.ignition_id, status
         );
     }
+    println!();
+    println!("Console settings (kernel arguments, GRUB serial lines) come from the OS's");
+    println!("platforms.json entry for the platform (/usr/share/coreos-assembler/platforms.json,");
+    println!("keyed by platform as fedora-coreos-config writes it); a platform it does not list");
+    println!("(metal, metal4k and live always) gets ignition.platform.id alone. An OS without");
+    println!("platforms.json gets the built-in defaults (see --json). `generate --dry-run`");
+    println!("prints, per artifact, where its console settings came from (console_source).");
+    println!("`all` builds what the release's pinned stream lists, plus metal4k and live.");
     Ok(())
 }

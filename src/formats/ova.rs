@@ -92,7 +92,9 @@ pub struct OvaParams {
     pub os_type: String,
     /// image.json `vmware-hw-version`: VirtualSystemType `vmx-<n>`.
     pub hw_version: u32,
-    /// image.json `vmware-secure-boot`: `uefi.secureBoot.enabled`.
+    /// image.json `vmware-secure-boot`: `vmw:Config` key
+    /// `bootOptions.efiSecureBootEnabled` (cosa `src/vmware-template.xml`;
+    /// keys are vSphere VirtualMachineConfigSpec property paths).
     pub secure_boot: bool,
     /// ProductSection `Version`: the OS version.
     pub product_version: String,
@@ -432,6 +434,7 @@ pub fn render_ovf(p: &OvaParams, disk: &OvfDisk) -> String {
         <rasd:InstanceID>{ID_DISK}</rasd:InstanceID>
         <rasd:Parent>{ID_SCSI}</rasd:Parent>
         <rasd:ResourceType>{RT_DISK}</rasd:ResourceType>
+        <vmw:Config ovf:required="false" vmw:key="backing.writeThrough" vmw:value="false"/>
       </Item>
       <Item>
         <rasd:AddressOnParent>7</rasd:AddressOnParent>
@@ -442,9 +445,11 @@ pub fn render_ovf(p: &OvaParams, disk: &OvfDisk) -> String {
         <rasd:InstanceID>{ID_NIC}</rasd:InstanceID>
         <rasd:ResourceSubType>VmxNet3</rasd:ResourceSubType>
         <rasd:ResourceType>{RT_ETHERNET}</rasd:ResourceType>
+        <vmw:Config ovf:required="false" vmw:key="connectable.allowGuestControl" vmw:value="true"/>
+        <vmw:Config ovf:required="false" vmw:key="wakeOnLanEnabled" vmw:value="false"/>
       </Item>
+      <vmw:Config ovf:required="false" vmw:key="bootOptions.efiSecureBootEnabled" vmw:value="{secure_boot}"/>
       <vmw:Config ovf:required="false" vmw:key="firmware" vmw:value="efi"/>
-      <vmw:Config ovf:required="false" vmw:key="uefi.secureBoot.enabled" vmw:value="{secure_boot}"/>
     </VirtualHardwareSection>
     <ProductSection>
       <Info>Installed software</Info>{product}{vendor}
@@ -737,7 +742,29 @@ mod tests {
             )
         };
         assert_eq!(config("firmware"), "efi");
-        assert_eq!(config("uefi.secureBoot.enabled"), "true");
+        assert_eq!(config("bootOptions.efiSecureBootEnabled"), "true");
+        assert_eq!(
+            config("uefi.secureBoot.enabled"),
+            "",
+            "a VMX key is no ConfigSpec path"
+        );
+        // cosa's template: exactly these two directly in the section, in this order.
+        let direct = "//*[local-name()='VirtualHardwareSection']/*[local-name()='Config']";
+        assert_eq!(xpath(&ovf, &format!("count({direct})")), "2");
+        assert_eq!(
+            xpath(
+                &ovf,
+                &format!("string(({direct})[1]/@*[local-name()='key'])")
+            ),
+            "bootOptions.efiSecureBootEnabled"
+        );
+        assert_eq!(
+            xpath(
+                &ovf,
+                &format!("string(({direct})[2]/@*[local-name()='key'])")
+            ),
+            "firmware"
+        );
         // Product section and the Ignition properties.
         let product = |f: &str| {
             xpath(
@@ -807,7 +834,7 @@ mod tests {
         assert_eq!(xpath(&ovf, "count(//*[local-name()='Product'])"), "0");
         let sb = xpath(
             &ovf,
-            "string(//*[local-name()='Config'][@*[local-name()='key']='uefi.secureBoot.enabled']/@*[local-name()='value'])",
+            "string(//*[local-name()='Config'][@*[local-name()='key']='bootOptions.efiSecureBootEnabled']/@*[local-name()='value'])",
         );
         assert_eq!(sb, "false");
         assert_eq!(

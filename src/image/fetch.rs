@@ -22,6 +22,12 @@ pub struct FetchOptions {
     pub insecure: bool,
     /// Directory with extra CA certificates (`*.crt`), as containers' certs.d.
     pub cert_dir: Option<PathBuf>,
+    /// The architecture (CoreOS name) to pick from manifest lists; `None`:
+    /// this host's.
+    pub arch: Option<String>,
+    /// Default credential files that exist but could not be read (skipped:
+    /// the pull goes on anonymously), with the reason.
+    pub skipped_auth: Vec<String>,
 }
 
 impl FetchOptions {
@@ -34,25 +40,32 @@ impl FetchOptions {
     ) -> Result<Self> {
         let explicit =
             authfile.or_else(|| std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
-        // Else the usual containers locations, resolved here so that every
-        // reader (ours and ostree-ext's, which otherwise pulls anonymously)
-        // uses the same credentials.
-        let authfile = explicit
-            .clone()
-            .or_else(|| default_auth_files().into_iter().find(|p| p.is_file()));
-        if let Some(a) = &explicit {
-            let text = std::fs::read_to_string(a)
-                .with_context(|| format!("registry config {}: cannot read it", a.display()))?;
-            let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "registry config {}: not valid JSON (expected {{\"auths\": {{...}}}})",
-                    a.display()
-                )
-            })?;
-            if !v.get("auths").is_some_and(|x| x.is_object()) {
-                bail!("registry config {}: no \"auths\" object (expected the containers auth.json / docker config.json format)", a.display());
+        let mut skipped_auth = Vec::new();
+        let authfile = match &explicit {
+            Some(a) => {
+                check_auth_file(a)?;
+                Some(a.clone())
             }
-        }
+            // Else the usual containers locations, resolved here so that
+            // every reader (ours and ostree-ext's) uses the same
+            // credentials. One that exists but cannot be read (a root-only
+            // /run/containers, say) is skipped with a note, never fatal:
+            // a pull that needs no credentials must still work.
+            None => default_auth_files().into_iter().find(|p| {
+                match std::fs::read(p) {
+                    Ok(_) => true,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => false,
+                    Err(e) => {
+                        skipped_auth.push(format!(
+                            "default registry credentials {} cannot be read ({e}); skipped, pulling without them (pass --registry-config FILE to use a readable one)",
+                            p.display()
+                        ));
+                        false
+                    }
+                }
+            }),
+        };
         if let Some(d) = &cert_dir {
             if !d.is_dir() {
                 bail!("--cert-dir {}: not a directory", d.display());
@@ -62,7 +75,60 @@ impl FetchOptions {
             authfile,
             insecure,
             cert_dir,
+            arch: None,
+            skipped_auth,
         })
+    }
+
+    /// The architecture to pick from manifest lists.
+    pub fn arch_choice(&self) -> String {
+        self.arch.clone().unwrap_or_else(crate::release::host_arch)
+    }
+
+    /// The credentials file every reader gets: the resolved one, else an
+    /// empty one under `scratch`, so that skopeo does not fall back to
+    /// default locations this process may not be able to read
+    /// (containers/image fails on an unreadable default auth file instead
+    /// of pulling anonymously).
+    fn effective_authfile(&self, scratch: &Path) -> Option<PathBuf> {
+        if self.authfile.is_some() {
+            return self.authfile.clone();
+        }
+        let p = scratch.join("anonymous-auth.json");
+        if p.is_file() || std::fs::write(&p, b"{\"auths\":{}}\n").is_ok() {
+            Some(p)
+        } else {
+            None
+        }
+    }
+
+    /// The raw top-level manifest of a registry image (`skopeo inspect
+    /// --raw`: a manifest list stays a list, where the image proxy would
+    /// pick this host's entry).
+    pub fn raw_manifest(&self, r: &ImageRef) -> Result<Vec<u8>> {
+        let scratch = std::env::temp_dir();
+        let mut c = crate::util::cmd::new("skopeo", ["inspect", "--raw"]);
+        if let Some(a) = self.effective_authfile(&scratch) {
+            c.arg("--authfile").arg(a);
+        }
+        if let Some(d) = &self.cert_dir {
+            c.arg("--cert-dir").arg(d);
+        }
+        if self.insecure {
+            c.arg("--tls-verify=false");
+        }
+        c.arg(r.to_transport_string());
+        let out = c
+            .output()
+            .with_context(|| format!("{r}: running skopeo inspect --raw"))?;
+        if !out.status.success() {
+            return Err(explain_error(
+                r,
+                &String::from_utf8_lossy(&out.stderr),
+                self,
+            ));
+        }
+        Ok(out.stdout)
     }
 
     /// Hosts that have an entry in the credentials file.
@@ -87,7 +153,7 @@ impl FetchOptions {
     pub fn copy_to_oci_archive(&self, src: &str, dst: &Path, scratch: &Path) -> Result<()> {
         let mut c = crate::util::cmd::new("skopeo", ["--tmpdir"]);
         c.arg(scratch).arg("copy").arg("--quiet");
-        if let Some(a) = &self.authfile {
+        if let Some(a) = &self.effective_authfile(scratch) {
             c.arg("--src-authfile").arg(a);
         }
         if let Some(d) = &self.cert_dir {
@@ -120,7 +186,7 @@ impl FetchOptions {
             });
         }
         ImageProxyConfig {
-            authfile: self.authfile.clone(),
+            authfile: self.effective_authfile(scratch),
             certificate_directory: self.cert_dir.clone(),
             insecure_skip_tls_verification: Some(self.insecure),
             skopeo_cmd: Some(c),
@@ -129,11 +195,38 @@ impl FetchOptions {
     }
 }
 
+/// An explicitly named credentials file must be readable and hold `auths`.
+fn check_auth_file(a: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(a).map_err(|e| {
+        anyhow!(
+            "registry config {}: cannot read it: {e}; fix its permissions or pass another file with --registry-config",
+            a.display()
+        )
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        anyhow!(
+            "registry config {}: not valid JSON ({e}); expected {{\"auths\": {{...}}}}",
+            a.display()
+        )
+    })?;
+    if !v.get("auths").is_some_and(|x| x.is_object()) {
+        bail!("registry config {}: no \"auths\" object (expected the containers auth.json / docker config.json format)", a.display());
+    }
+    Ok(())
+}
+
 /// The containers auth file locations, in the order containers/image reads them.
 fn default_auth_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        files.push(PathBuf::from(d).join("containers/auth.json"));
+    // containers-auth.json(5): ${XDG_RUNTIME_DIR}/containers/auth.json, or
+    // /run/containers/<uid>/auth.json when XDG_RUNTIME_DIR is unset.
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => files.push(PathBuf::from(d).join("containers/auth.json")),
+        None => files.push(PathBuf::from(format!(
+            "/run/containers/{}/auth.json",
+            // SAFETY: getuid has no preconditions and cannot fail.
+            unsafe { libc::getuid() }
+        ))),
     }
     if let Some(h) = dirs::home_dir() {
         files.push(h.join(".config/containers/auth.json"));
@@ -145,7 +238,13 @@ fn default_auth_files() -> Vec<PathBuf> {
 /// An opened image: its manifest (as OCI), the digest of the manifest as
 /// stored at the source, and its configuration.
 pub struct Image {
+    /// The reference as named (by the user or the release).
     pub reference: ImageRef,
+    /// What was opened: `reference`, or, for a manifest list, a reference
+    /// to the chosen entry (what ostree-ext must import).
+    pub opened: ImageRef,
+    /// The manifest list entry chosen, when `reference` named a list.
+    pub index: Option<super::index::Chosen>,
     pub digest: String,
     pub manifest: ImageManifest,
     pub config: ImageConfiguration,
@@ -194,10 +293,24 @@ impl Fetcher {
         })
     }
 
-    /// Open an image and read its manifest and configuration.
+    /// Open an image and read its manifest and configuration. A manifest
+    /// list / OCI index is resolved to its entry for the chosen arch
+    /// ([`FetchOptions::arch_choice`]).
     pub async fn open(&self, r: &ImageRef) -> Result<Image> {
+        self.open_for(r, &self.opts.arch_choice()).await
+    }
+
+    /// [`Fetcher::open`], picking `arch` (CoreOS name) from a manifest list.
+    pub async fn open_for(&self, r: &ImageRef, arch: &str) -> Result<Image> {
         check_local(r)?;
-        let s = r.to_transport_string();
+        let mut index = None;
+        let mut opened = r.clone();
+        if let Some((digest, doc)) = super::index::top_index(r, &self.opts)? {
+            let c = super::index::choose(&doc, &digest, arch, &r.to_string())?;
+            opened = super::index::entry_ref(r, &c, &self.scratch)?;
+            index = Some(c);
+        }
+        let s = opened.to_transport_string();
         let handle = self
             .proxy
             .open_image(&s)
@@ -208,16 +321,17 @@ impl Fetcher {
             .fetch_manifest_raw_oci(&handle)
             .await
             .map_err(|e| self.explain(r, e))?;
-        let manifest: ImageManifest = serde_json::from_slice(&raw).with_context(|| {
-            format!("image {r}: manifest is not a valid OCI/Docker image manifest")
-        })?;
-        let config = self
+        let manifest: ImageManifest = parse_json(&raw, &format!("image {r}: manifest"))?;
+        let raw_config = self
             .proxy
-            .fetch_config(&handle)
+            .fetch_config_raw(&handle)
             .await
             .map_err(|e| self.explain(r, e))?;
+        let config = parse_config(&raw_config, &format!("image {r}: config"))?;
         Ok(Image {
             reference: r.clone(),
+            opened,
+            index,
             digest,
             manifest,
             config,
@@ -302,6 +416,48 @@ impl Fetcher {
     fn explain(&self, r: &ImageRef, e: proxy::Error) -> anyhow::Error {
         explain_error(r, &e.to_string(), &self.opts)
     }
+}
+
+/// Parse JSON into `T`, naming the object, the field path and the cause.
+pub fn parse_json<T: serde::de::DeserializeOwned>(raw: &[u8], what: &str) -> Result<T> {
+    let de = &mut serde_json::Deserializer::from_slice(raw);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!(" at `{path}`")
+        };
+        let inner = e.inner();
+        if inner.is_syntax() || inner.is_eof() {
+            anyhow!("{what} is not valid JSON{at}: {inner}")
+        } else {
+            anyhow!("{what} has an unexpected value{at}: {inner}")
+        }
+    })
+}
+
+/// An image configuration as the OCI image spec defines it: only
+/// `architecture`, `os` and `rootfs` are required (`history`, `created`,
+/// `config` may be absent: `buildah --omit-history`, crane and ko omit
+/// them). The oci-spec crate wants `history`, so an absent one is read as
+/// empty.
+pub fn parse_config(raw: &[u8], what: &str) -> Result<ImageConfiguration> {
+    let mut v: serde_json::Value = parse_json(raw, what)?;
+    let Some(obj) = v.as_object_mut() else {
+        bail!("{what} is not a JSON object");
+    };
+    for k in ["architecture", "os", "rootfs"] {
+        if !obj.contains_key(k) {
+            bail!(
+                "{what} lacks `{k}`, which the OCI image spec requires (architecture, os, rootfs)"
+            );
+        }
+    }
+    if matches!(obj.get("history"), None | Some(serde_json::Value::Null)) {
+        obj.insert("history".into(), serde_json::Value::Array(vec![]));
+    }
+    parse_json(&serde_json::to_vec(&v)?, what)
 }
 
 /// Local transports: fail early and clearly when the path is missing.
@@ -390,6 +546,9 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
         } else {
             format!("{r}: registry {host} requires authentication (401 unauthorized): pass --registry-config FILE (auth.json with an entry for {host}) or set REGISTRY_AUTH_FILE")
         }
+    } else if low.contains("permission denied") || low.contains("operation not permitted") {
+        // A local file (credentials, certificates, a layout), not the registry.
+        format!("{r}: a local file could not be read ({detail}): fix its permissions, or pass --registry-config / --cert-dir with readable files")
     } else if low.contains("denied") || low.contains("403") {
         format!("{r}: access denied by {host} (403): the credentials lack pull rights on this repository")
     } else if low.contains("no descriptor found for reference") {
@@ -451,5 +610,49 @@ mod tests {
         assert!(e.to_string().contains("requires authentication"), "{e}");
         let e = explain_error(&r(), "x509: certificate signed by unknown authority", &o);
         assert!(e.to_string().contains("--cert-dir"), "{e}");
+        // skopeo failing on a local file is not a registry's 403.
+        let e = explain_error(
+            &r(),
+            "open /run/containers/1000/auth.json: permission denied",
+            &o,
+        );
+        assert!(
+            e.to_string().contains("/run/containers/1000/auth.json"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("403"), "{e}");
+        let e = explain_error(
+            &r(),
+            "reading manifest 4.18: denied: requested access to the resource is denied",
+            &o,
+        );
+        assert!(e.to_string().contains("403"), "{e}");
+    }
+    #[test]
+    fn configs_without_optional_fields() {
+        // OCI image-spec config.md: only architecture, os and rootfs are required.
+        let c = parse_config(
+            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#,
+            "c",
+        )
+        .unwrap();
+        assert!(c.history().is_empty());
+        assert!(c.config().is_none());
+        let c = parse_config(br#"{"architecture":"arm64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"history":null,"config":{}}"#, "c").unwrap();
+        assert_eq!(c.architecture().to_string(), "arm64");
+        let e = format!(
+            "{:#}",
+            parse_config(
+                br#"{"architecture":"amd64","os":"linux"}"#,
+                "image X: config"
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("image X: config") && e.contains("rootfs"), "{e}");
+        let e = format!("{:#}", parse_config(br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"history":[{"created":5}]}"#, "image X: config").unwrap_err());
+        assert!(
+            e.contains("image X: config") && e.contains("history[0].created"),
+            "{e}"
+        );
     }
 }

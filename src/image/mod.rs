@@ -2,5 +2,6 @@
 pub mod fetch;
 pub mod idms;
 pub mod imageref;
+pub mod index;
 pub mod layers;
 pub mod layout;

@@ -348,9 +348,22 @@ impl Rendered {
     }
 }
 
+/// True for a karg embed area line: `#`s then ` COREOS_KARG_EMBED_AREA`.
+fn is_embed_line(line: &str) -> bool {
+    line.strip_suffix(KARG_EMBED_MARKER)
+        .is_some_and(|pad| !pad.is_empty() && pad.bytes().all(|b| b == b'#'))
+}
+
 /// Fill the placeholders of the templates: `@@VOLUME-ID@@`, `@@VERSION@@`,
-/// and `@@KERNEL-ARGS@@`, which must end its line and becomes the kargs
-/// followed by a line of 1024 `#` and ` COREOS_KARG_EMBED_AREA` (SPEC 5).
+/// and `@@KERNEL-ARGS@@`. Upstream's templates (osbuild
+/// `org.osbuild.coreos.live-artifacts.mono`; fedora-coreos-config `live/`)
+/// put fixed kargs after the placeholder on the same line
+/// (`@@KERNEL-ARGS@@ ignition.firstboot ignition.platform.id=metal`) and the
+/// embed area line (`#`s + ` COREOS_KARG_EMBED_AREA`) on the next: the
+/// kargs line becomes our kargs (minus those the template already has) and
+/// the template's, followed by our embed area line of 1024 `#`. A template
+/// with nothing after the placeholder and no embed line gets both added.
+/// Every kargs line must come out the same (it is `kargs.json`'s default).
 /// Any other `@@NAME@@` left is an error, as is a template set without a
 /// kernel argument placeholder.
 pub fn render(
@@ -359,16 +372,9 @@ pub fn render(
     version: &str,
     kargs: &[String],
 ) -> Result<Rendered> {
-    let kargs = kargs.join(" ");
-    if kargs.len() + KARG_EMBED_PAD > KARG_EMBED_MAX {
-        bail!(
-            "the live kernel arguments are {} bytes long; coreos-installer accepts karg embed areas of at most {KARG_EMBED_MAX} bytes, so they must stay under {} bytes: shorten image.json extra-kargs",
-            kargs.len(),
-            KARG_EMBED_MAX - KARG_EMBED_PAD
-        );
-    }
     let mut files = Vec::new();
     let mut areas = Vec::new();
+    let mut line_kargs: Option<(String, String)> = None;
     for t in templates {
         let Ok(text) = std::str::from_utf8(&t.data) else {
             // Binary files (splash images, ...) are copied as they are.
@@ -382,22 +388,52 @@ pub fn render(
             out.push_str(&rest[..i]);
             let after = &rest[i + PH_KARGS.len()..];
             let eol = after.find('\n').unwrap_or(after.len());
-            if !after[..eol].trim().is_empty() {
+            let fixed: Vec<&str> = after[..eol].split_whitespace().collect();
+            if fixed.iter().any(|k| k.contains("@@")) {
                 bail!(
-                    "live template {}: {PH_KARGS} must end its line (found {:?} after it): the karg embed area follows it on the next line",
+                    "live template {}: another placeholder follows {PH_KARGS} on its line ({:?})",
                     t.path,
                     &after[..eol]
                 );
+            }
+            let mut line: Vec<&str> = kargs
+                .iter()
+                .map(String::as_str)
+                .filter(|k| !fixed.contains(k))
+                .collect();
+            line.extend(fixed.iter().copied());
+            let line = line.join(" ");
+            if line.len() + KARG_EMBED_PAD > KARG_EMBED_MAX {
+                bail!(
+                    "the live kernel arguments are {} bytes long; coreos-installer accepts karg embed areas of at most {KARG_EMBED_MAX} bytes, so they must stay under {} bytes: shorten image.json extra-kargs",
+                    line.len(),
+                    KARG_EMBED_MAX - KARG_EMBED_PAD
+                );
+            }
+            match &line_kargs {
+                Some((first, path)) if *first != line => bail!(
+                    "live templates {path} and {} give different kernel arguments ({first:?} and {line:?}); coreos/kargs.json has one default, so their kargs lines must agree",
+                    t.path
+                ),
+                Some(_) => {}
+                None => line_kargs = Some((line.clone(), t.path.clone())),
             }
             areas.push(EmbedArea {
                 path: t.path.clone(),
                 offset: out.len() as u64,
             });
-            out.push_str(&kargs);
+            out.push_str(&line);
             out.push('\n');
             out.push_str(&"#".repeat(KARG_EMBED_PAD));
             out.push_str(KARG_EMBED_MARKER);
             rest = &after[eol..];
+            // The template's own embed area line is replaced by ours.
+            if let Some(next) = rest.strip_prefix('\n') {
+                let end = next.find('\n').unwrap_or(next.len());
+                if is_embed_line(next[..end].trim_end_matches('\r')) {
+                    rest = &next[end..];
+                }
+            }
         }
         out.push_str(rest);
         if let Some(p) = leftover_placeholder(&out) {
@@ -411,12 +447,12 @@ pub fn render(
             data: out.into_bytes(),
         });
     }
-    if areas.is_empty() {
+    let Some((kargs, _)) = line_kargs else {
         bail!(
             "the live menu templates hold no {PH_KARGS}: the ISO needs the kernel arguments in its boot menus (templates: {})",
             templates.iter().map(|t| t.path.as_str()).collect::<Vec<_>>().join(", ")
         );
-    }
+    };
     areas.sort_by(|a, b| a.path.cmp(&b.path).then(a.offset.cmp(&b.offset)));
     Ok(Rendered {
         files,
@@ -600,6 +636,53 @@ mod tests {
         assert_eq!(r.areas[0].offset, "linux x ".len() as u64);
     }
 
+    /// Upstream's templates (fedora-coreos-config `live/`, rendered by osbuild
+    /// `org.osbuild.coreos.live-artifacts.mono`): fixed kargs after the
+    /// placeholder, the embed area line already in the file.
+    #[test]
+    fn render_upstream_templates() {
+        let pad = format!("{}{KARG_EMBED_MARKER}", "#".repeat(1024));
+        let grub = format!("menuentry 'X (Live)' {{\n\tlinux /images/pxeboot/vmlinuz @@KERNEL-ARGS@@ ignition.firstboot ignition.platform.id=metal\n{pad}\n\tinitrd /images/pxeboot/initrd.img /images/ignition.img\n}}\n");
+        let isolinux = format!("label linux\n  append initrd=/images/pxeboot/initrd.img,/images/ignition.img @@KERNEL-ARGS@@ ignition.firstboot ignition.platform.id=metal\n{pad}\n\nlabel check\n");
+        let t = vec![
+            Template {
+                path: "EFI/redhat/grub.cfg".into(),
+                data: grub.into_bytes(),
+            },
+            Template {
+                path: "isolinux/isolinux.cfg".into(),
+                data: isolinux.into_bytes(),
+            },
+        ];
+        // live_kargs already ends with the two the template has: not repeated.
+        let k = live_kargs(
+            &s(&[
+                "rw",
+                "$ignition_firstboot",
+                "mitigations=auto,nosmt",
+                "ignition.platform.id=metal",
+            ]),
+            "testos-1",
+        )
+        .unwrap();
+        let r = render(&t, "testos-1", "1", &k).unwrap();
+        assert_eq!(r.kargs, "rw mitigations=auto,nosmt coreos.liveiso=testos-1 ignition.firstboot ignition.platform.id=metal");
+        for f in &r.files {
+            let text = std::str::from_utf8(&f.data).unwrap();
+            assert_eq!(text.matches(KARG_EMBED_MARKER).count(), 1, "{text}");
+            assert_eq!(text.matches("ignition.firstboot").count(), 1, "{text}");
+            let a = r.areas.iter().find(|a| a.path == f.path).unwrap();
+            let at = a.offset as usize;
+            assert_eq!(
+                &f.data[at..at + r.kargs.len() + 1],
+                format!("{}\n", r.kargs).as_bytes()
+            );
+            assert!(text[at + r.kargs.len() + 1..].starts_with(&pad), "{text}");
+        }
+        let iso = std::str::from_utf8(&r.files[1].data).unwrap();
+        assert!(iso.ends_with(&format!("{pad}\n\nlabel check\n")), "{iso}");
+    }
+
     #[test]
     fn render_rejects_bad_templates() {
         let t = |d: &str| {
@@ -609,8 +692,21 @@ mod tests {
             }]
         };
         let k = s(&["a"]);
-        let e = render(&t("append @@KERNEL-ARGS@@ quiet\n"), "v", "1", &k).unwrap_err();
-        assert!(e.to_string().contains("must end its line"), "{e}");
+        let e = render(&t("append @@KERNEL-ARGS@@ @@X@@\n"), "v", "1", &k).unwrap_err();
+        assert!(e.to_string().contains("another placeholder"), "{e}");
+        // Two menus whose fixed kargs differ cannot share one default.
+        let two = vec![
+            Template {
+                path: "a.cfg".into(),
+                data: b"x @@KERNEL-ARGS@@ quiet\n".to_vec(),
+            },
+            Template {
+                path: "b.cfg".into(),
+                data: b"y @@KERNEL-ARGS@@\n".to_vec(),
+            },
+        ];
+        let e = render(&two, "v", "1", &k).unwrap_err();
+        assert!(e.to_string().contains("a.cfg and b.cfg"), "{e}");
         let e = render(&t("append x\n"), "v", "1", &k).unwrap_err();
         assert!(e.to_string().contains("no @@KERNEL-ARGS@@"), "{e}");
         let e = render(&t("append @@KERNEL-ARGS@@\n@@FOO@@\n"), "v", "1", &k).unwrap_err();

@@ -70,6 +70,10 @@ pub struct ImportRecord {
     pub image: String,
     pub format: OsFormat,
     pub commit: String,
+    /// ostree-native images: the base ostree commit under any derived
+    /// layers (ostree-ext's `base_commit`); absent in older records.
+    #[serde(default)]
+    pub base_commit: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// Legacy images: the `/bootimage.json` found at the image root.
     pub bootimage_json: Option<String>,
@@ -164,7 +168,7 @@ async fn import_native(
     let imgref = OstreeImageReference::try_from(
         format!(
             "ostree-unverified-image:{}",
-            img.reference.to_transport_string()
+            img.opened.to_transport_string()
         )
         .as_str(),
     )
@@ -207,6 +211,7 @@ async fn import_native(
         image: img.reference.to_string(),
         format: OsFormat::OstreeNative,
         commit: state.merge_commit.clone(),
+        base_commit: Some(state.base_commit.clone()),
         labels,
         bootimage_json: None,
     })
@@ -265,6 +270,7 @@ async fn import_legacy(
         image: what,
         format: OsFormat::Legacy,
         commit,
+        base_commit: None,
         labels,
         bootimage_json,
     })
@@ -273,7 +279,13 @@ async fn import_legacy(
 /// What the imported OS says about itself.
 #[derive(Debug, Clone, Serialize)]
 pub struct OsInfo {
+    /// The commit deployed: the import's (for ostree-native images,
+    /// ostree-ext's merge commit, which differs per import).
     pub commit: String,
+    /// The OS's own commit, the same whatever the cache holds: the image's
+    /// `ostree.commit` label, else the import's base commit (ostree-native);
+    /// the verified commit of a legacy image.
+    pub image_commit: String,
     pub version: String,
     pub timestamp: i64,
     pub kernel_version: String,
@@ -361,8 +373,19 @@ pub fn read_os_info(repo: &Repo, rec: &ImportRecord) -> Result<OsInfo> {
         has_live,
     )
     .with_context(|| format!("bootimage configuration of OS image {what}"))?;
+    let image_commit = match rec.format {
+        OsFormat::Legacy => c.clone(),
+        OsFormat::OstreeNative => rec
+            .labels
+            .get(LABEL_OSTREE_COMMIT)
+            .filter(|x| is_checksum(x))
+            .or(rec.base_commit.as_ref())
+            .unwrap_or(c)
+            .clone(),
+    };
     Ok(OsInfo {
         commit: c.clone(),
+        image_commit,
         version,
         timestamp: repo.timestamp(c)?,
         kernel_version,

@@ -19,6 +19,36 @@ pub const BOOTIMAGES_CONFIGMAP: &str = "release-manifests/0000_50_installer_core
 pub const OS_TAGS: [&str; 3] = ["rhel-coreos", "rhel-coreos-10", "machine-os-content"];
 
 /// Map an OCI architecture to the CoreOS name.
+/// The OCI (GOARCH) name of a CoreOS architecture; OCI names pass through.
+pub fn oci_arch(arch: &str) -> String {
+    match arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+    .to_string()
+}
+
+/// The CoreOS architectures, by their CoreOS names.
+pub const ARCHES: [&str; 4] = ["x86_64", "aarch64", "ppc64le", "s390x"];
+
+/// `--arch`: a CoreOS or OCI architecture name, as its CoreOS name.
+pub fn parse_arch(a: &str) -> anyhow::Result<String> {
+    let c = coreos_arch(a);
+    if !ARCHES.contains(&c.as_str()) {
+        anyhow::bail!(
+            "--arch {a}: not an architecture CoreOS ships; use one of {} (or amd64, arm64)",
+            ARCHES.join(", ")
+        );
+    }
+    Ok(c)
+}
+
+/// This host's architecture, by its CoreOS name.
+pub fn host_arch() -> String {
+    std::env::consts::ARCH.replace("powerpc64", "ppc64le")
+}
+
 pub fn coreos_arch(oci: &str) -> String {
     match oci {
         "amd64" => "x86_64",
@@ -95,8 +125,8 @@ impl Payload {
         let raw = files.get(IMAGE_REFERENCES).ok_or_else(|| {
             anyhow!("not a release image: its last layer has no {IMAGE_REFERENCES} (is this an OpenShift release payload?)")
         })?;
-        let is: ImageStream = serde_json::from_slice(raw)
-            .context("release-manifests/image-references is not valid JSON")?;
+        let is: ImageStream =
+            crate::image::fetch::parse_json(raw, "release-manifests/image-references")?;
         if is.kind.as_deref() != Some("ImageStream") {
             bail!(
                 "release-manifests/image-references has kind '{}', expected ImageStream (apiVersion image.openshift.io/v1)",
@@ -135,10 +165,10 @@ impl Payload {
             });
         }
         let metadata = match files.get(RELEASE_METADATA) {
-            Some(b) => Some(
-                serde_json::from_slice(b)
-                    .context("release-manifests/release-metadata is not valid JSON")?,
-            ),
+            Some(b) => Some(crate::image::fetch::parse_json(
+                b,
+                "release-manifests/release-metadata",
+            )?),
             None => None,
         };
         let (stream, streams) = match files.get(BOOTIMAGES_CONFIGMAP) {
@@ -202,6 +232,18 @@ impl Payload {
         }
         self.stream.as_ref()
     }
+}
+
+/// The platforms a stream JSON lists for `arch`
+/// (`architectures.<arch>.artifacts` keys, stream-metadata-go
+/// `stream/stream.go`); `None` when it lists none for the arch.
+pub fn stream_platforms(stream: &serde_json::Value, arch: &str) -> Option<Vec<String>> {
+    let a = stream
+        .get("architectures")?
+        .get(arch)?
+        .get("artifacts")?
+        .as_object()?;
+    (!a.is_empty()).then(|| a.keys().cloned().collect())
 }
 
 fn parse_bootimages(
@@ -307,6 +349,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("has no OS image"));
+    }
+
+    #[test]
+    fn stream_lists_platforms_per_arch() {
+        let s: serde_json::Value = serde_json::from_str(
+            r#"{"stream":"rhcos-4.18","architectures":{
+              "x86_64":{"artifacts":{"metal":{},"qemu":{},"nutanix":{}}},
+              "aarch64":{"artifacts":{}},"ppc64le":{}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            stream_platforms(&s, "x86_64").unwrap(),
+            vec!["metal", "qemu", "nutanix"]
+        );
+        assert!(stream_platforms(&s, "aarch64").is_none());
+        assert!(stream_platforms(&s, "ppc64le").is_none());
+        assert!(stream_platforms(&s, "s390x").is_none());
     }
 
     #[test]

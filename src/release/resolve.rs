@@ -30,6 +30,14 @@ pub struct Resolved {
     pub os_digest: String,
     pub os_format: OsFormat,
     pub os_labels: std::collections::BTreeMap<String, String>,
+    /// The release named a manifest list: its digest and the entry chosen.
+    pub release_index: Option<IndexChoice>,
+    /// The OS pullspec named a manifest list: its digest and the entry chosen.
+    pub os_index: Option<IndexChoice>,
+    /// Ordinary container layers on top of the ostree commit (a derived
+    /// image, ostree-ext's layout: layers after `ostree.final-diffid`);
+    /// `None` for legacy images and when it cannot be told.
+    pub os_derived_layers: Option<usize>,
     /// `machine-os` of the tag's build versions annotation.
     pub os_release_annotation: Option<String>,
     pub pinned_amis: Vec<PinnedAmi>,
@@ -38,6 +46,37 @@ pub struct Resolved {
     pub stream: Option<serde_json::Value>,
     #[serde(skip)]
     pub payload: Option<Payload>,
+}
+
+/// A manifest list resolved to one of its entries.
+#[derive(Debug, Clone, Serialize)]
+pub struct IndexChoice {
+    /// Digest of the list itself.
+    pub index_digest: String,
+    /// The entry chosen for the arch.
+    pub digest: String,
+    pub platform: String,
+}
+
+impl From<&crate::image::index::Chosen> for IndexChoice {
+    fn from(c: &crate::image::index::Chosen) -> Self {
+        IndexChoice {
+            index_digest: c.index_digest.clone(),
+            digest: c.digest.clone(),
+            platform: c.platform.clone(),
+        }
+    }
+}
+
+/// Layers an ostree-native image carries on top of its ostree commit: those
+/// after the layer whose diff id is the `ostree.final-diffid` label
+/// (ostree-ext `container/store.rs`, `parse_manifest_layout`).
+pub fn derived_layers(img: &Image) -> Option<usize> {
+    let labels = img.labels();
+    let final_diffid = labels.get("ostree.final-diffid")?;
+    let ids = img.config.rootfs().diff_ids();
+    let i = ids.iter().position(|d| d == final_diffid)?;
+    Some(img.manifest.layers().len().saturating_sub(i + 1))
 }
 
 /// Open the release and read its payload.
@@ -115,6 +154,7 @@ pub async fn open_component(
     release: &ImageRef,
     comp: &Component,
     mirrors: Option<&Mirrors>,
+    arch: &str,
 ) -> Result<Image> {
     let pull = DockerRef::parse(&comp.pullspec)
         .with_context(|| format!("release tag {} has an invalid pullspec", comp.tag))?;
@@ -123,9 +163,11 @@ pub async fn open_component(
     };
     let mut tried = Vec::new();
     for cand in candidates(release, &pull, mirrors)? {
-        match fetcher.open(&cand).await {
+        match fetcher.open_for(&cand, arch).await {
             Ok(img) => {
-                if img.digest != want {
+                // A `-multi` payload pins the list; the entry for the arch is opened.
+                let pinned_list = img.index.as_ref().is_some_and(|c| c.index_digest == want);
+                if img.digest != want && !pinned_list {
                     tried.push(format!(
                         "{cand}: has digest {} instead of {want}",
                         img.digest
@@ -158,8 +200,15 @@ pub async fn resolve(
 ) -> Result<(Resolved, Image)> {
     let (rel, payload) = read_release(fetcher, r, tmp).await?;
     let arch = rel.coreos_arch();
+    if let Some(want) = &fetcher.opts.arch {
+        if rel.index.is_none() && &arch != want {
+            bail!(
+                "{r} is a single-architecture release for {arch}, not {want}: drop --arch {want}, or use the {want} (or -multi) release image"
+            );
+        }
+    }
     let comp = payload.os_component(os_stream)?.clone();
-    let os = open_component(fetcher, r, &comp, mirrors).await?;
+    let os = open_component(fetcher, r, &comp, mirrors, &arch).await?;
     let labels = os.labels();
     let format = detect_format(
         &labels,
@@ -181,6 +230,11 @@ pub async fn resolve(
         os_digest: os.digest.clone(),
         os_format: format,
         os_labels: labels,
+        release_index: rel.index.as_ref().map(IndexChoice::from),
+        os_index: os.index.as_ref().map(IndexChoice::from),
+        os_derived_layers: (format == OsFormat::OstreeNative)
+            .then(|| derived_layers(&os))
+            .flatten(),
         os_release_annotation: comp.machine_os.clone(),
         pinned_amis: amis,
         stream,

@@ -1,0 +1,383 @@
+//! Inputs exactly as upstream ships them (issue 14, SPEC 1.3/1.4): release
+//! images whose config has only the OCI-required fields, Docker schema 2,
+//! zstd layers, `-multi` manifest lists, derived OS images, and credential
+//! files the user cannot read. Each is generated from or resolved, and the
+//! result checked with tools we did not write (sfdisk, debugfs, skopeo).
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// An unprivileged uid of its own (no other test uses it).
+const UID: &str = "65533";
+
+fn cache() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// `fixture.json` key `k` (panics naming it when absent).
+fn fxk(k: &str) -> &'static Value {
+    let v = &fx()[k];
+    assert!(!v.is_null(), "fixture.json has no {k}: {:#}", fx());
+    v
+}
+
+/// The partition table of a raw disk, read by sfdisk.
+fn sfdisk(disk: &Path) -> Value {
+    let o = must(Command::new("sfdisk").arg("--json").arg(disk));
+    serde_json::from_str(&o).unwrap()
+}
+
+/// The BLS entry's `options` line of a metal disk, read with debugfs from
+/// the boot partition (partition 3).
+fn bls_options(disk: &Path) -> String {
+    let t = sfdisk(disk);
+    let p3 = &t["partitiontable"]["partitions"][2];
+    let (start, size) = (
+        p3["start"].as_u64().unwrap() * 512,
+        p3["size"].as_u64().unwrap() * 512,
+    );
+    let l = Loop::new(disk, start, Some(size), 512);
+    let ls = must(Command::new("debugfs").args(["-R", "ls -p /loader/entries", &l.0]));
+    let entry = ls
+        .lines()
+        .filter_map(|x| x.split('/').nth(5))
+        .find(|n| n.ends_with(".conf"))
+        .unwrap_or_else(|| panic!("no BLS entry: {ls}"))
+        .to_string();
+    let bls =
+        must(Command::new("debugfs").args(["-R", &format!("cat /loader/entries/{entry}"), &l.0]));
+    bls.lines()
+        .find_map(|x| x.strip_prefix("options "))
+        .unwrap_or_else(|| panic!("no options in {bls}"))
+        .to_string()
+}
+
+/// `generate metal --compress none` from `release`; returns the raw disk.
+fn generate_metal(cache: &Path, release: &str, out: &Path) -> std::path::PathBuf {
+    let o = run(
+        cache,
+        &[
+            "generate",
+            release,
+            "metal",
+            "--compress",
+            "none",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "generate {release}:\n{}", stderr(&o));
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
+    image_file(&meta, out, "metal")
+}
+
+fn check_metal(disk: &Path) {
+    let t = sfdisk(disk);
+    let parts = t["partitiontable"]["partitions"].as_array().unwrap();
+    let names: Vec<&str> = parts.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["BIOS-BOOT", "EFI-SYSTEM", "boot", "root"], "{t:#}");
+    let opts = bls_options(disk);
+    assert!(opts.contains("ignition.platform.id=metal"), "{opts}");
+}
+
+/// A release whose image config has only `architecture`, `os` and `rootfs`
+/// (no history, created or config), one in Docker schema 2, and one whose
+/// payload layer is zstd: each resolves and generates.
+#[test]
+fn optional_fields_schema2_and_zstd_releases_generate() {
+    let c = cache();
+    let root = tempfile::tempdir().unwrap();
+    for tag in ["release-nohistory", "release-v2s2", "release-zstd"] {
+        // The shape is really what it claims (read by skopeo, not by us).
+        let raw = must(Command::new("skopeo").args(["inspect", "--raw", &oci(tag)]));
+        let cfg = must(Command::new("skopeo").args(["inspect", "--config", "--raw", &oci(tag)]));
+        let m: Value = serde_json::from_str(&raw).unwrap();
+        let cfg: Value = serde_json::from_str(&cfg).unwrap();
+        match tag {
+            "release-nohistory" => {
+                let keys: Vec<&String> = cfg.as_object().unwrap().keys().collect();
+                assert!(
+                    cfg.get("history").is_none() && cfg.get("config").is_none(),
+                    "{keys:?}"
+                );
+            }
+            "release-v2s2" => assert_eq!(
+                m["mediaType"],
+                "application/vnd.docker.distribution.manifest.v2+json"
+            ),
+            _ => assert!(
+                m["layers"].as_array().unwrap().last().unwrap()["mediaType"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("+zstd"),
+                "{m:#}"
+            ),
+        }
+        let doc = ok_json(c.path(), &["inspect", &oci(tag), "--json"]);
+        assert_eq!(doc["os"]["tag"], "rhel-coreos", "{tag}");
+        assert_eq!(doc["release"]["architecture"], "x86_64", "{tag}");
+        let out = root.path().join(tag);
+        check_metal(&generate_metal(c.path(), &oci(tag), &out));
+    }
+}
+
+/// A `-multi` payload: an OCI index whose entries are per-arch releases
+/// whose OS is itself an index. `--arch` picks, the digests are printed,
+/// and a missing arch lists the ones there are. Through a registry too
+/// (where the index comes from `skopeo inspect --raw`).
+#[test]
+fn multi_arch_manifest_lists() {
+    let m = fxk("release_multi");
+    let c = cache();
+    let doc = ok_json(
+        c.path(),
+        &["inspect", &oci("release-multi"), "--json", "--import"],
+    );
+    assert_eq!(doc["release"]["index"]["index_digest"], m["index_digest"]);
+    assert_eq!(doc["release"]["digest"], m["amd64"]);
+    assert_eq!(doc["release"]["index"]["platform"], "linux/amd64");
+    assert_eq!(doc["release"]["architecture"], "x86_64");
+    assert_eq!(doc["os"]["index"]["index_digest"], m["os_index_digest"]);
+    assert_eq!(doc["os"]["digest"], fx()["rhel_coreos"]["digest"]);
+    assert_eq!(doc["os"]["commit"], fx()["rhel_coreos"]["commit"]);
+    // The second arch: resolved (not built: its OS is metadata only).
+    let arm = ok_json(
+        c.path(),
+        &[
+            "inspect",
+            &oci("release-multi"),
+            "--arch",
+            "aarch64",
+            "--json",
+        ],
+    );
+    assert_eq!(arm["release"]["digest"], m["arm64"]);
+    assert_eq!(arm["release"]["architecture"], "aarch64");
+    assert_eq!(arm["os"]["index"]["platform"], "linux/arm64");
+    assert_eq!(arm["os"]["digest"], m["os_arm64"]);
+    let text = stdout(&run(
+        c.path(),
+        &["inspect", &oci("release-multi"), "--arch", "arm64"],
+    ));
+    assert!(
+        text.contains(m["index_digest"].as_str().unwrap()) && text.contains("linux/arm64"),
+        "{text}"
+    );
+    // A missing arch: one line listing what the list has.
+    let e = expect_error(
+        c.path(),
+        &["inspect", &oci("release-multi"), "--arch", "s390x"],
+        "s390x",
+    );
+    assert!(
+        e.contains("linux/amd64") && e.contains("linux/arm64") && e.contains("--arch"),
+        "{e}"
+    );
+    expect_error(
+        c.path(),
+        &["inspect", &oci("release-multi"), "--arch", "mips"],
+        "--arch mips",
+    );
+    // A single-arch release with another --arch.
+    expect_error(
+        c.path(),
+        &["inspect", &oci("release"), "--arch", "aarch64"],
+        "single-architecture",
+    );
+    // The same through a registry.
+    let reg = Registry::start(false);
+    for (src, dst) in [
+        ("release-multi", "ocp/release:multi"),
+        ("rhel-coreos-multi", "ocp/release:os-multi"),
+    ] {
+        let o = Command::new("skopeo")
+            .args([
+                "copy",
+                "--quiet",
+                "--all",
+                "--preserve-digests",
+                "--dest-tls-verify=false",
+                &oci(src),
+            ])
+            .arg(format!("docker://{}/{dst}", reg.host()))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "push {src}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let rel = format!("{}/ocp/release:multi", reg.host());
+    let d = ok_json(
+        c.path(),
+        &["inspect", &rel, "--insecure", "--arch", "aarch64", "--json"],
+    );
+    assert_eq!(d["release"]["index"]["index_digest"], m["index_digest"]);
+    assert_eq!(d["release"]["digest"], m["arm64"]);
+    assert_eq!(d["os"]["digest"], m["os_arm64"]);
+    let d = ok_json(c.path(), &["inspect", &rel, "--insecure", "--json"]);
+    assert_eq!(d["os"]["digest"], fx()["rhel_coreos"]["digest"]);
+}
+
+/// A derived OS image (ordinary container layers on the ostree commit):
+/// inspect says so; the layer's files are in the deployed root of metal;
+/// the disk boots.
+#[test]
+fn derived_os_image_is_deployed_with_its_layers() {
+    let d = fxk("release_derived");
+    let c = cache();
+    let doc = ok_json(
+        c.path(),
+        &["inspect", &oci("release-derived"), "--json", "--import"],
+    );
+    assert_eq!(doc["os"]["derived"], true, "{doc:#}");
+    assert_eq!(doc["os"]["derived-layers"], 1);
+    // The OS's own commit is the base's; the deployed one is the merge.
+    assert_eq!(doc["os"]["commit"], fx()["rhel_coreos"]["commit"]);
+    assert_ne!(doc["os"]["import-commit"], doc["os"]["commit"]);
+    let text = stdout(&run(c.path(), &["inspect", &oci("release-derived")]));
+    assert!(
+        text.contains("1 container layer(s) on the ostree commit"),
+        "{text}"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let disk = generate_metal(c.path(), &oci("release-derived"), out.path());
+    check_metal(&disk);
+    // Mount the root read-only and look into the deployment.
+    let t = sfdisk(&disk);
+    let p4 = &t["partitiontable"]["partitions"][3];
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mnt::new(
+        &disk,
+        p4["start"].as_u64().unwrap() * 512,
+        p4["size"].as_u64().unwrap() * 512,
+        "xfs",
+        "ro,norecovery",
+        mnt.path(),
+    );
+    let deploys = must(Command::new("sh").arg("-c").arg(format!(
+        "ls -d {}/ostree/deploy/*/deploy/*.0",
+        m.0.display()
+    )));
+    let dep = Path::new(deploys.lines().next().unwrap());
+    for f in d["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        let want = f["content"].as_str().unwrap();
+        // /etc of the image lands in the deployment's /usr/etc merged to /etc.
+        let got = std::fs::read_to_string(dep.join(path.trim_start_matches('/')))
+            .or_else(|_| {
+                std::fs::read_to_string(dep.join("usr").join(path.trim_start_matches('/')))
+            })
+            .unwrap_or_else(|e| panic!("{path} not in the deployment {}: {e}", dep.display()));
+        assert_eq!(got, want, "{path}");
+    }
+    drop(m);
+    let r = boot::assert_boots(
+        &[boot::Media::disk(&disk)],
+        boot::Firmware::Bios,
+        boot::default_timeout(),
+    );
+    assert_eq!(r.marker.platform, "metal", "{}", r.log);
+}
+
+/// A derived layer that writes outside /usr, /etc and /var: said plainly.
+#[test]
+fn derived_layer_outside_usr_etc_var() {
+    let c = cache();
+    let out = c.path().join("out");
+    let o = run(
+        c.path(),
+        &[
+            "generate",
+            &oci("release-derived-bad"),
+            "metal",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/usr, /etc") && err.contains("release-derived-bad")
+            || err.contains("outside"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+/// A user who cannot read the default credentials file (root-only
+/// /run/containers, as left by root's podman) still pulls anonymously,
+/// told why; an unreadable --registry-config is named with its errno.
+#[test]
+fn unreadable_credentials() {
+    use std::os::unix::fs::PermissionsExt;
+    let reg = Registry::start(false);
+    reg.push(&oci("release"), "ocp/release:4.18.0-test");
+    reg.push(&oci("rhel-coreos"), "ocp/release:rhel-coreos");
+    let rundir = Path::new("/run/containers").join(UID);
+    std::fs::create_dir_all(&rundir).unwrap();
+    std::fs::write(rundir.join("auth.json"), r#"{"auths":{}}"#).unwrap();
+    std::fs::set_permissions(&rundir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _g = Cleanup(rundir.clone());
+    let c = cache();
+    std::fs::set_permissions(c.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_user = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                &format!("--reuid={UID}"),
+                &format!("--regid={UID}"),
+                "--clear-groups",
+            ])
+            .arg(env!("CARGO_BIN_EXE_bootimage-gen"))
+            .args(args)
+            .env("BOOTIMAGE_GEN_CACHE_DIR", c.path())
+            .env("HOME", c.path())
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("REGISTRY_AUTH_FILE")
+            .output()
+            .unwrap()
+    };
+    let rel = format!("{}/ocp/release:4.18.0-test", reg.host());
+    let o = as_user(&["inspect", &rel, "--insecure", "--json"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "anonymous pull failed: {err}");
+    assert!(
+        err.contains(&format!("/run/containers/{UID}/auth.json"))
+            && err.contains("ermission denied"),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["release"]["digest"], fx()["release"]["digest"]);
+    // An explicit file the user cannot read: named, with the cause.
+    let f = c.path().join("auth.json");
+    std::fs::write(&f, r#"{"auths":{}}"#).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let o = as_user(&[
+        "inspect",
+        &rel,
+        "--insecure",
+        "--registry-config",
+        f.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains(f.to_str().unwrap()) && err.contains("ermission denied"),
+        "{err}"
+    );
+}
