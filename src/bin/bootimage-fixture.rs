@@ -10,11 +10,31 @@ use std::path::{Path, PathBuf};
 const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const MT_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 const MT_LAYER_GZ: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+const MT_LAYER_ZST: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
+const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+// Docker image manifest v2 schema 2 (distribution/distribution
+// docs/spec/manifest-v2-2.md) and the Docker image config.
+const MT_D_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const MT_D_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+const MT_D_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+const CREATED: &str = "2026-11-21T00:00:00Z";
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 fn usage() -> ! {
     eprintln!(
-        "usage:\n  bootimage-fixture add-image --layout DIR --tag TAG [--layer-dir DIR | --layer-tar FILE]... [--label K=V]... [--arch ARCH]\n  bootimage-fixture merge --from DIR --from-tag TAG --layout DIR --tag TAG\n  bootimage-fixture digest --layout DIR --tag TAG\n  bootimage-fixture ostree-ext ARGS..."
+        "usage:
+  bootimage-fixture add-image --layout DIR --tag TAG [--layer-dir DIR | --layer-tar FILE]... [--label K=V]...
+        [--arch ARCH] [--zstd] [--docker] [--minimal-config]
+      --zstd            layers as tar+zstd (default tar+gzip)
+      --docker          Docker schema 2 manifest, config and layer media types
+      --minimal-config  config with only architecture, os, rootfs (OCI minimum; labels dropped)
+  bootimage-fixture derive --layout DIR --from-tag TAG --tag TAG --layer-dir DIR [--zstd] [--created-by TEXT]
+      the image FROM-TAG plus one layer, config extended as `podman build` does
+  bootimage-fixture index --layout DIR --tag TAG --entry ARCH=DIGEST...
+      an OCI image index (os linux) of manifests already in the layout
+  bootimage-fixture merge --from DIR --from-tag TAG --layout DIR --tag TAG
+  bootimage-fixture digest --layout DIR --tag TAG
+  bootimage-fixture ostree-ext ARGS..."
     );
     std::process::exit(2)
 }
@@ -99,12 +119,55 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>> {
     Ok(e.finish()?)
 }
 
+fn zstd_compress(data: &[u8]) -> Result<Vec<u8>> {
+    Ok(zstd::stream::encode_all(data, 3)?)
+}
+
+/// Compress a layer tar and store it; its descriptor.
+fn put_layer(layout: &Path, tar: &[u8], zstd: bool, docker: bool) -> Result<Value> {
+    let (blob, mt) = if zstd {
+        (zstd_compress(tar)?, MT_LAYER_ZST)
+    } else if docker {
+        (gzip(tar)?, MT_D_LAYER)
+    } else {
+        (gzip(tar)?, MT_LAYER_GZ)
+    };
+    let (d, n) = write_blob(layout, &blob)?;
+    Ok(json!({"mediaType": mt, "digest": d, "size": n}))
+}
+
+/// Store a config and its manifest, tag it, print and return its digest.
+fn put_image(
+    layout: &Path,
+    tag: &str,
+    config: &Value,
+    layers: Vec<Value>,
+    docker: bool,
+) -> Result<String> {
+    let (mt, ct) = if docker {
+        (MT_D_MANIFEST, MT_D_CONFIG)
+    } else {
+        (MT_MANIFEST, MT_CONFIG)
+    };
+    let (cd, cn) = write_blob(layout, &serde_json::to_vec(config)?)?;
+    let manifest = json!({"schemaVersion": 2, "mediaType": mt, "config": {"mediaType": ct, "digest": cd, "size": cn}, "layers": layers});
+    let (md, mn) = write_blob(layout, &serde_json::to_vec(&manifest)?)?;
+    set_tag(
+        layout,
+        tag,
+        json!({"mediaType": mt, "digest": md, "size": mn}),
+    )?;
+    println!("{md}");
+    Ok(md)
+}
+
 fn add_image(args: &[String]) -> Result<()> {
     let mut layout = None;
     let mut tag = None;
     let mut layers: Vec<Vec<u8>> = Vec::new();
     let mut labels = serde_json::Map::new();
     let mut arch = "amd64".to_string();
+    let (mut zstd, mut docker, mut minimal) = (false, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().unwrap_or_else(|| usage());
@@ -119,30 +182,105 @@ fn add_image(args: &[String]) -> Result<()> {
                 labels.insert(k.into(), x.into());
             }
             "--arch" => arch = val(),
+            "--zstd" => zstd = true,
+            "--docker" => docker = true,
+            "--minimal-config" => minimal = true,
             _ => usage(),
         }
     }
     let (Some(layout), Some(tag)) = (layout, tag) else {
         usage()
     };
+    if zstd && docker {
+        bail!("--zstd and --docker: Docker schema 2 has no zstd layer type");
+    }
     init_layout(&layout)?;
     let mut diff_ids = Vec::new();
     let mut descs = Vec::new();
     for l in &layers {
         diff_ids.push(sha256(l));
-        let gz = gzip(l)?;
-        let (d, n) = write_blob(&layout, &gz)?;
-        descs.push(json!({"mediaType": MT_LAYER_GZ, "digest": d, "size": n}));
+        descs.push(put_layer(&layout, l, zstd, docker)?);
     }
-    let config = json!({
-        "architecture": arch, "os": "linux",
-        "created": "2026-11-21T00:00:00Z",
-        "config": {"Labels": labels},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": layers.iter().map(|_| json!({"created": "2026-11-21T00:00:00Z", "created_by": "bootimage-fixture"})).collect::<Vec<_>>(),
-    });
+    let mut config = if minimal {
+        // image-spec config.md: only these three are required.
+        json!({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": diff_ids}})
+    } else {
+        json!({
+            "architecture": arch, "os": "linux",
+            "created": CREATED,
+            "config": {"Labels": labels},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+            "history": layers.iter().map(|_| json!({"created": CREATED, "created_by": "bootimage-fixture"})).collect::<Vec<_>>(),
+        })
+    };
+    if arch == "arm64" && !minimal {
+        config["variant"] = json!("v8");
+    }
+    put_image(&layout, &tag, &config, descs, docker)?;
+    Ok(())
+}
+
+fn read_blob(layout: &Path, digest: &str) -> Result<Vec<u8>> {
+    let p = layout
+        .join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"));
+    std::fs::read(&p).with_context(|| format!("{}", p.display()))
+}
+
+/// FROM-TAG plus one layer, as `podman build` writes a `FROM base` + `COPY`
+/// image: the base manifest's layers kept, one appended; the base config
+/// with its labels (and everything else) kept, `rootfs.diff_ids` and
+/// `history` extended, `created` updated.
+fn derive(args: &[String]) -> Result<()> {
+    let (mut layout, mut from, mut tag, mut dir) = (None, None, None, None);
+    let mut zstd = false;
+    let mut created_by = "/bin/sh -c #(nop) COPY dir:layer in / ".to_string();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--layout" => layout = Some(PathBuf::from(val())),
+            "--from-tag" => from = Some(val()),
+            "--tag" => tag = Some(val()),
+            "--layer-dir" => dir = Some(PathBuf::from(val())),
+            "--zstd" => zstd = true,
+            "--created-by" => created_by = val(),
+            _ => usage(),
+        }
+    }
+    let (Some(layout), Some(from), Some(tag), Some(dir)) = (layout, from, tag, dir) else {
+        usage()
+    };
+    let desc = find_tag(&layout, &from)?;
+    let mut manifest: Value = serde_json::from_slice(&read_blob(
+        &layout,
+        desc["digest"].as_str().context("digest")?,
+    )?)?;
+    if manifest["mediaType"].as_str() != Some(MT_MANIFEST)
+        && desc["mediaType"].as_str() != Some(MT_MANIFEST)
+    {
+        bail!("{from} is not an OCI image manifest");
+    }
+    let mut config: Value = serde_json::from_slice(&read_blob(
+        &layout,
+        manifest["config"]["digest"].as_str().context("config")?,
+    )?)?;
+    let tar = layer_from_dir(&dir)?;
+    config["rootfs"]["diff_ids"]
+        .as_array_mut()
+        .context("diff_ids")?
+        .push(json!(sha256(&tar)));
+    config["created"] = json!(CREATED);
+    match config["history"].as_array_mut() {
+        Some(h) => h.push(json!({"created": CREATED, "created_by": created_by})),
+        None => config["history"] = json!([{"created": CREATED, "created_by": created_by}]),
+    }
+    let mut layers = manifest["layers"].as_array().cloned().context("layers")?;
+    layers.push(put_layer(&layout, &tar, zstd, false)?);
+    // Keep the base manifest's annotations (ostree-ext writes some), drop none.
     let (cd, cn) = write_blob(&layout, &serde_json::to_vec(&config)?)?;
-    let manifest = json!({"schemaVersion": 2, "mediaType": MT_MANIFEST, "config": {"mediaType": MT_CONFIG, "digest": cd, "size": cn}, "layers": descs});
+    manifest["config"] = json!({"mediaType": MT_CONFIG, "digest": cd, "size": cn});
+    manifest["layers"] = json!(layers);
     let (md, mn) = write_blob(&layout, &serde_json::to_vec(&manifest)?)?;
     set_tag(
         &layout,
@@ -150,6 +288,48 @@ fn add_image(args: &[String]) -> Result<()> {
         json!({"mediaType": MT_MANIFEST, "digest": md, "size": mn}),
     )?;
     println!("{md}");
+    Ok(())
+}
+
+/// An OCI image index of manifests already in the layout, one per arch.
+fn index(args: &[String]) -> Result<()> {
+    let (mut layout, mut tag) = (None, None);
+    let mut entries = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--layout" => layout = Some(PathBuf::from(val())),
+            "--tag" => tag = Some(val()),
+            "--entry" => entries.push(val()),
+            _ => usage(),
+        }
+    }
+    let (Some(layout), Some(tag)) = (layout, tag) else {
+        usage()
+    };
+    let mut manifests = Vec::new();
+    for e in entries {
+        let (arch, digest) = e.split_once('=').context("--entry ARCH=DIGEST")?;
+        let blob = read_blob(&layout, digest)?;
+        let m: Value = serde_json::from_slice(&blob)?;
+        let mt = m["mediaType"].as_str().unwrap_or(MT_MANIFEST).to_string();
+        let mut platform = json!({"architecture": arch, "os": "linux"});
+        if arch == "arm64" {
+            platform["variant"] = json!("v8");
+        }
+        manifests.push(
+            json!({"mediaType": mt, "digest": digest, "size": blob.len(), "platform": platform}),
+        );
+    }
+    let idx = json!({"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": manifests});
+    let (d, n) = write_blob(&layout, &serde_json::to_vec(&idx)?)?;
+    set_tag(
+        &layout,
+        &tag,
+        json!({"mediaType": MT_INDEX, "digest": d, "size": n}),
+    )?;
+    println!("{d}");
     Ok(())
 }
 
@@ -217,6 +397,8 @@ fn main() -> Result<()> {
     let Some(cmd) = args.get(1) else { usage() };
     match cmd.as_str() {
         "add-image" => add_image(&args[2..]),
+        "derive" => derive(&args[2..]),
+        "index" => index(&args[2..]),
         "merge" => merge(&args[2..]),
         "digest" => {
             let (mut layout, mut tag) = (None, None);
