@@ -123,11 +123,11 @@ EOF
 # ESP
 efi=$TREE/usr/lib/bootupd/updates/EFI
 mkfs.vfat -n EFI-SYSTEM -C esp.img 65536 >/dev/null
-mmd -i esp.img ::/EFI ::/EFI/BOOT "::/EFI/$OSNAME"
-mcopy -i esp.img "$efi/BOOT/BOOTX64.EFI" ::/EFI/BOOT/
-mcopy -i esp.img "$efi/$OSNAME/grubx64.efi" grub.cfg "::/EFI/$OSNAME/"
+# The OS's whole EFI tree (RHCOS layout: shim in BOOT/, vendor dir $VENDOR)
+mcopy -s -i esp.img "$efi" ::/EFI
+mcopy -o -i esp.img grub.cfg "::/EFI/$VENDOR/"
 # BIOS GRUB core image, reading grub.cfg from the ESP
-grub-mkimage -O i386-pc -d "$TREE/usr/lib/grub/i386-pc" -p "(hd0,gpt2)/EFI/$OSNAME" -o core.img \
+grub-mkimage -O i386-pc -d "$TREE/usr/lib/grub/i386-pc" -p "(hd0,gpt2)/EFI/$VENDOR" -o core.img \
     biosdisk part_gpt fat ext2 normal linux search search_label configfile echo test serial terminal gzio boot
 cp "$TREE/usr/lib/grub/i386-pc/boot.img" boot.img
 # GPT: 1 BIOS boot 2048-4095, 2 ESP 64 MiB, 3 root 256 MiB
@@ -176,6 +176,7 @@ fn build_assets() -> Assets {
                 .env("REPO", fixture_dir().join("repo"))
                 .env("COMMIT", &commit)
                 .env("OSNAME", &osname)
+                .env("VENDOR", fx()["efi_vendor"].as_str().unwrap())
                 .env("ISO_LABEL", ISO_LABEL),
         );
         install_bios_grub(

@@ -101,6 +101,11 @@ fn osname() -> String {
     fx()["osname"].as_str().unwrap().to_string()
 }
 
+/// The OS's EFI vendor directory (RHCOS: `redhat`, not the osname).
+fn vendor() -> String {
+    fx()["efi_vendor"].as_str().unwrap().to_string()
+}
+
 fn version() -> String {
     fx()["rhel_coreos"]["version"].as_str().unwrap().to_string()
 }
@@ -442,7 +447,7 @@ fn iso_layout_seen_by_isoinfo_xorriso_sgdisk_fdisk() {
     assert_eq!(
         paths,
         [
-            format!("EFI/{}/grub.cfg", osname()).as_str(),
+            format!("EFI/{}/grub.cfg", vendor()).as_str(),
             "isolinux/isolinux.cfg"
         ]
     );
@@ -460,9 +465,9 @@ fn iso_layout_seen_by_isoinfo_xorriso_sgdisk_fdisk() {
         );
     }
     // The menus came from the OS's templates (their own text is kept).
-    let grub = iso_extract(&iso, &format!("/EFI/{}/grub.cfg", osname()));
+    let grub = iso_extract(&iso, &format!("/EFI/{}/grub.cfg", vendor()));
     let grub = String::from_utf8(grub).unwrap();
-    assert!(grub.contains("menuentry 'Test OS (Live)'"), "{grub}");
+    assert!(grub.contains("menuentry 'Test OS CoreOS (Live)'"), "{grub}");
     assert!(
         grub.contains(&format!("--label \"{}\"", want_volid())),
         "{grub}"
@@ -704,7 +709,7 @@ fn os_without_templates_gets_builtin_menus_that_boot() {
     assert_eq!(k["default"], want_kargs().as_str());
     assert_eq!(k["files"].as_array().unwrap().len(), 2);
     let grub =
-        String::from_utf8(iso_extract(&iso, &format!("/EFI/{}/grub.cfg", osname()))).unwrap();
+        String::from_utf8(iso_extract(&iso, &format!("/EFI/{}/grub.cfg", vendor()))).unwrap();
     assert!(grub.contains("built in to bootimage-gen"), "{grub}");
     assert_eq!(ci(&["iso", "kargs", "show"], &[&iso]), want_kargs());
     let r = boot::assert_boots(

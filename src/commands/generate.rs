@@ -51,6 +51,17 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let reporter = Reporter::new(a.progress);
     let loaded = super::block_on(input::load(&input, !a.dry_run))?;
     let os = loaded.os.as_ref();
+    if let Some((rec, _)) = loaded
+        .import
+        .as_ref()
+        .filter(|(r, _)| !r.dropped.is_empty())
+    {
+        bail!(
+            "OS image {} is a derived image whose layers write outside /usr, /etc and /var ({}); ostree-ext, which imports it as rpm-ostree and bootc do, keeps only /usr, /etc and /var and drops the rest, so the bootimage would lack those files: move them under /usr (or /etc, /var) in the image's Containerfile",
+            rec.image,
+            rec.dropped.join(", ")
+        );
+    }
     let content = match os {
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,

@@ -95,6 +95,7 @@ pub fn document(l: &Loaded) -> Value {
             "index": r.os_index,
             "derived": r.os_derived_layers.map(|n| n > 0),
             "derived-layers": r.os_derived_layers,
+            "dropped-by-import": l.import.as_ref().map(|(rec, _)| rec.dropped.clone()),
             "version": version,
             "release-annotation": r.os_release_annotation,
             "kernel": kernel,

@@ -74,6 +74,10 @@ pub struct ImportRecord {
     /// layers (ostree-ext's `base_commit`); absent in older records.
     #[serde(default)]
     pub base_commit: Option<String>,
+    /// Files of derived layers that ostree-ext dropped on import because
+    /// they lie outside /usr, /etc and /var: `<layer> /<toplevel>: <n>`.
+    #[serde(default)]
+    pub dropped: Vec<String>,
     pub labels: BTreeMap<String, String>,
     /// Legacy images: the `/bootimage.json` found at the image root.
     pub bootimage_json: Option<String>,
@@ -212,9 +216,41 @@ async fn import_native(
         format: OsFormat::OstreeNative,
         commit: state.merge_commit.clone(),
         base_commit: Some(state.base_commit.clone()),
+        dropped: dropped_by_import(&repo, &state.merge_commit)?,
         labels,
         bootimage_json: None,
     })
+}
+
+/// Top-level directories ostree-ext drops without their being content
+/// (`tar/write.rs` `EXCLUDED_TOPLEVEL_PATHS`): a container build leaves
+/// files there routinely.
+const IGNORED_TOPLEVELS: [&str; 5] = ["run", "tmp", "proc", "sys", "dev"];
+
+/// What ostree-ext filtered out of the image's layers on import: it keeps
+/// only /usr, /etc (as /usr/etc) and /var, and records the rest in the
+/// merge commit's `ostree.tar-filtered` metadata (`a{sa{su}}`: layer →
+/// top-level directory → files).
+fn dropped_by_import(repo: &ostree_ext::ostree::Repo, commit: &str) -> Result<Vec<String>> {
+    use ostree_ext::container::store::{MetaFilteredData, META_FILTERED};
+    use ostree_ext::glib;
+    let (v, _) = repo
+        .load_commit(commit)
+        .with_context(|| format!("reading commit {commit}"))?;
+    let dict = glib::VariantDict::new(Some(&v.child_value(0)));
+    let filtered: Option<MetaFilteredData> = dict
+        .lookup(META_FILTERED)
+        .map_err(|e| anyhow!("commit {commit}: {META_FILTERED}: {e}"))?;
+    let mut out = Vec::new();
+    for (layer, dirs) in filtered.unwrap_or_default() {
+        for (dir, n) in dirs {
+            if !IGNORED_TOPLEVELS.contains(&dir.as_str()) {
+                out.push(format!("{layer} /{dir}: {n} file(s)"));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 fn is_checksum(s: &str) -> bool {
@@ -271,6 +307,7 @@ async fn import_legacy(
         format: OsFormat::Legacy,
         commit,
         base_commit: None,
+        dropped: Vec::new(),
         labels,
         bootimage_json,
     })
