@@ -179,7 +179,13 @@ fn multi_arch_manifest_lists() {
     assert_eq!(arm["release"]["digest"], m["manifests"]["arm64"]);
     assert_eq!(arm["release"]["architecture"], "aarch64");
     // The fixture's arm64 entries carry variant v8, as real ones do.
-    assert!(arm["os"]["index"]["platform"].as_str().unwrap().starts_with("linux/arm64"), "{arm:#}");
+    assert!(
+        arm["os"]["index"]["platform"]
+            .as_str()
+            .unwrap()
+            .starts_with("linux/arm64"),
+        "{arm:#}"
+    );
     assert_eq!(arm["os"]["digest"], m["os"]["manifests"]["arm64"]);
     let text = stdout(&run(
         c.path(),
@@ -244,6 +250,47 @@ fn multi_arch_manifest_lists() {
     assert_eq!(d["os"]["digest"], m["os"]["manifests"]["arm64"]);
     let d = ok_json(c.path(), &["inspect", &rel, "--insecure", "--json"]);
     assert_eq!(d["os"]["digest"], fx()["rhel_coreos"]["digest"]);
+}
+
+/// platforms.json in the arch-keyed shape (hand-made OS images): the build
+/// arch's console settings land in the BLS entry and console.cfg; the
+/// multi-arch release's amd64 entry generates like the plain release.
+#[test]
+fn arch_keyed_platforms_and_multi_generate() {
+    let c = cache();
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("archkeyed");
+    let raw = root.path().join("raw");
+    let o = run(
+        c.path(),
+        &[
+            "generate",
+            &oci("release-archkeyed"),
+            "qemu",
+            "--debug-raw-dir",
+            raw.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let opts = bls_options(&raw.join("qemu.raw"));
+    assert!(opts.contains("ignition.platform.id=qemu"), "{opts}");
+    assert!(
+        opts.contains("console=ttyS0,115200n8"),
+        "the arch-keyed file's qemu kargs: {opts}"
+    );
+    let multi = root.path().join("multi");
+    check_metal(&generate_metal(
+        c.path(),
+        &oci("release-multi"),
+        "--quiet",
+        &multi,
+    ));
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(multi.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["coreos-assembler.basearch"], "x86_64");
+    assert_eq!(meta["ostree-commit"], fx()["rhel_coreos"]["commit"]);
 }
 
 /// A derived OS image (ordinary container layers on the ostree commit):

@@ -10,6 +10,7 @@
 //! - here: volume id, kernel arguments, initramfs checks, boot menu
 //!   templates and their karg embed areas, the squashfs.
 pub mod cpio;
+pub mod erofs;
 pub mod iso;
 
 use anyhow::{bail, Context, Result};
@@ -197,17 +198,38 @@ pub fn make_squashfs(src: &Path, dst: &Path, mtime: i64, threads: usize) -> Resu
     Ok(())
 }
 
-/// `rootfs.img`: an uncompressed newc cpio whose first entry is
-/// `root.squashfs`, so the squashfs starts at byte 124 (SPEC 5).
-pub fn write_rootfs_img(squashfs: &Path, dst: &Path, mtime: u32) -> Result<()> {
-    let f =
-        std::fs::File::open(squashfs).with_context(|| format!("opening {}", squashfs.display()))?;
+/// `rootfs.img`: an uncompressed newc cpio whose first entry is the root
+/// image (`root.squashfs` or `root.erofs`), so the image starts at byte 124
+/// (SPEC 5); its magic must be where the live initramfs looks (squashfs
+/// `hsqs` at 124, EROFS `e2e1f5e0` at 124 + 1024, as osbuild checks).
+pub fn write_rootfs_img(image: &Path, dst: &Path, mtime: u32) -> Result<()> {
+    let name = image
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("root image name")?;
+    let (magic_at, magic): (u64, &[u8]) = match name {
+        ROOT_SQUASHFS => (0, b"hsqs"),
+        erofs::ROOT_EROFS => (erofs::SUPERBLOCK_OFFSET, &erofs::MAGIC),
+        other => bail!(
+            "{other} is neither {ROOT_SQUASHFS} nor {}",
+            erofs::ROOT_EROFS
+        ),
+    };
+    let mut f =
+        std::fs::File::open(image).with_context(|| format!("opening {}", image.display()))?;
     let len = f.metadata()?.len();
+    let mut head = vec![0u8; (magic_at + 4) as usize];
+    f.read_exact(&mut head)
+        .with_context(|| format!("reading {}", image.display()))?;
+    if &head[magic_at as usize..] != magic {
+        bail!("{} has no {name} magic at byte {magic_at}", image.display());
+    }
+    std::io::Seek::rewind(&mut f)?;
     let out = std::fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
     let mut w = cpio::Writer::new(std::io::BufWriter::with_capacity(1 << 20, out), mtime);
-    let at = w.file_from(ROOT_SQUASHFS, 0o644, len, std::io::BufReader::new(f))?;
+    let at = w.file_from(name, 0o644, len, std::io::BufReader::new(f))?;
     if at != ROOT_SQUASHFS_OFFSET {
-        bail!("root.squashfs landed at byte {at} of rootfs.img, not {ROOT_SQUASHFS_OFFSET}");
+        bail!("{name} landed at byte {at} of rootfs.img, not {ROOT_SQUASHFS_OFFSET}");
     }
     let out = w
         .finish()?
@@ -375,6 +397,13 @@ pub fn render(
     let mut files = Vec::new();
     let mut areas = Vec::new();
     let mut line_kargs: Option<(String, String)> = None;
+    // Upstream's templates carry their embed area lines: then, as in
+    // osbuild, only a placeholder followed by one becomes an embed area and
+    // any other (in a comment, say) is just replaced by the kargs.
+    let upstream = templates.iter().any(|t| {
+        std::str::from_utf8(&t.data)
+            .is_ok_and(|x| x.lines().any(|l| is_embed_line(l.trim_end_matches('\r'))))
+    });
     for t in templates {
         let Ok(text) = std::str::from_utf8(&t.data) else {
             // Binary files (splash images, ...) are copied as they are.
@@ -388,6 +417,15 @@ pub fn render(
             out.push_str(&rest[..i]);
             let after = &rest[i + PH_KARGS.len()..];
             let eol = after.find('\n').unwrap_or(after.len());
+            let embed_next = after[eol..].strip_prefix('\n').is_some_and(|next| {
+                let end = next.find('\n').unwrap_or(next.len());
+                is_embed_line(next[..end].trim_end_matches('\r'))
+            });
+            if upstream && !embed_next {
+                out.push_str(&kargs.join(" "));
+                rest = after;
+                continue;
+            }
             let fixed: Vec<&str> = after[..eol].split_whitespace().collect();
             if fixed.iter().any(|k| k.contains("@@")) {
                 bail!(
@@ -642,7 +680,7 @@ mod tests {
     #[test]
     fn render_upstream_templates() {
         let pad = format!("{}{KARG_EMBED_MARKER}", "#".repeat(1024));
-        let grub = format!("menuentry 'X (Live)' {{\n\tlinux /images/pxeboot/vmlinuz @@KERNEL-ARGS@@ ignition.firstboot ignition.platform.id=metal\n{pad}\n\tinitrd /images/pxeboot/initrd.img /images/ignition.img\n}}\n");
+        let grub = format!("# the only placeholder is @@KERNEL-ARGS@@; the next line is the area\nmenuentry 'X (Live)' {{\n\tlinux /images/pxeboot/vmlinuz @@KERNEL-ARGS@@ ignition.firstboot ignition.platform.id=metal\n{pad}\n\tinitrd /images/pxeboot/initrd.img /images/ignition.img\n}}\n");
         let isolinux = format!("label linux\n  append initrd=/images/pxeboot/initrd.img,/images/ignition.img @@KERNEL-ARGS@@ ignition.firstboot ignition.platform.id=metal\n{pad}\n\nlabel check\n");
         let t = vec![
             Template {
@@ -667,10 +705,11 @@ mod tests {
         .unwrap();
         let r = render(&t, "testos-1", "1", &k).unwrap();
         assert_eq!(r.kargs, "rw mitigations=auto,nosmt coreos.liveiso=testos-1 ignition.firstboot ignition.platform.id=metal");
+        assert_eq!(r.areas.len(), 2, "the comment is no embed area");
         for f in &r.files {
             let text = std::str::from_utf8(&f.data).unwrap();
             assert_eq!(text.matches(KARG_EMBED_MARKER).count(), 1, "{text}");
-            assert_eq!(text.matches("ignition.firstboot").count(), 1, "{text}");
+            assert!(!text.contains(PH_KARGS), "{text}");
             let a = r.areas.iter().find(|a| a.path == f.path).unwrap();
             let at = a.offset as usize;
             assert_eq!(
