@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test lint fmt clean bench
+.PHONY: all deps build fixtures demo test lint fmt clean bench image install
 
 all: build
 
@@ -26,6 +26,29 @@ demo: build
 bench: build
 	fx=$$(bash fixtures/build.sh --large) && \
 	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release"
+
+# The tool's container image (containerfiles/): the binary just built and
+# every tool it runs, on a Debian 12 base made by mmdebstrap (no container
+# registry needed). Cached by a hash of its inputs; prints the image's name
+# and size. RELEASE=1 compiles inside the image's build stage instead.
+image: deps
+ifeq ($(RELEASE),)
+	$(CARGO) build --release --bin bootimage-gen
+	bash containerfiles/build.sh
+else
+	bash containerfiles/build.sh --release
+endif
+
+# Binary, man pages and shell completions under $(DESTDIR)$(PREFIX).
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 target/release/bootimage-gen $(DESTDIR)$(PREFIX)/bin/bootimage-gen
+	target/release/bootimage-gen man --dir $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	target/release/bootimage-gen completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/bootimage-gen
+	target/release/bootimage-gen completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_bootimage-gen
+	target/release/bootimage-gen completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bootimage-gen.fish
 
 lint: deps
 	$(CARGO) fmt --check

@@ -1,29 +1,65 @@
 #!/usr/bin/env bash
 # Install every Debian package and crate bootimage-gen needs, idempotently.
 # Safe to run again: it only installs what is missing.
+#
+#   install-deps.sh            everything: build, run, test (the default)
+#   install-deps.sh --runtime  only what the binary runs (the container image)
+#   install-deps.sh --build    what compiling it needs, with Debian's Rust
+#                              when there is no cargo (the image's build stage)
 set -euo pipefail
 
-PKGS=(
+mode=${1:-all}
+case "$mode" in
+  all | --runtime | --build) ;;
+  *) echo "usage: $0 [--runtime|--build]" >&2; exit 2 ;;
+esac
+
+# What the binary runs: also the image's final stage.
+RUNTIME_PKGS=(
   # OS import and registry
-  ostree libostree-dev skopeo docker-registry apache2-utils openssl
+  ostree skopeo ca-certificates
   # disk building
-  gdisk fdisk dosfstools mtools xfsprogs e2fsprogs util-linux
-  grub-pc-bin grub-efi-amd64-bin grub-common shim-unsigned
+  gdisk fdisk dosfstools mtools xfsprogs e2fsprogs util-linux mount
+  grub-pc-bin grub-efi-amd64-bin grub-common
   # live ISO / PXE
-  xorriso isolinux syslinux-common squashfs-tools cpio genisoimage
+  xorriso isolinux syslinux-common squashfs-tools cpio
+  # kvm and nokvm backends: the VM, its appliance and the kernel it boots
+  qemu-system-x86 qemu-utils supermin linux-image-amd64 kmod
+)
+# What compiling it needs.
+BUILD_PKGS=(
+  pkg-config libglib2.0-dev libzstd-dev libssl-dev libostree-dev
+)
+# What the tests and the test OS need.
+TEST_PKGS=(
+  # registry
+  docker-registry apache2-utils openssl
+  # live ISO checks
+  genisoimage
   # test OS
-  linux-image-amd64 busybox-static zstd xz-utils pigz kmod
+  busybox-static zstd xz-utils pigz shim-unsigned
   # boot tests
-  qemu-system-x86 qemu-utils ovmf seabios ipxe-qemu
-  # kvm and nokvm backends: the VM appliance
-  supermin
+  ovmf seabios ipxe-qemu
   # validation tools used by tests
   libxml2-utils jq file
-  # build deps for the crate
-  pkg-config libglib2.0-dev libzstd-dev libssl-dev
   # AWS API mock for tests/generate_aws.rs (moto, from PyPI, in a venv)
   python3-venv python3-pip
+  # the container tier (tests/container.rs): the image is built from a
+  # Debian rootfs and run with podman (runc: crun fails on hybrid cgroups)
+  podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns
 )
+
+case "$mode" in
+  all) PKGS=("${RUNTIME_PKGS[@]}" "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  --runtime) PKGS=("${RUNTIME_PKGS[@]}") ;;
+  --build)
+    PKGS=("${BUILD_PKGS[@]}")
+    # Debian 12's own Rust (bookworm's rustc-web is recent enough) when no
+    # cargo is installed (rustup's is used when present).
+    export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+    command -v cargo >/dev/null 2>&1 || PKGS+=(rustc-web cargo-web gcc libc6-dev)
+    ;;
+esac
 
 need=()
 for p in "${PKGS[@]}"; do
@@ -32,24 +68,34 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
+# Refresh the package lists before reading any version from them: lists may
+# be stale (a version they name may be gone from the mirror) or absent.
+# Done once, only when something must be installed.
+export DEBIAN_FRONTEND=noninteractive
+updated=
+refresh() { [ -n "$updated" ] || { apt-get update -q; updated=1; }; }
+
 # qemu-img must come from the same Debian release as qemu-system-x86: if a
-# newer (backports) qemu-utils is installed, pin both to the system's release.
-qver=$(apt-cache policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+# newer (backports) qemu-utils is installed, pin both to the system's
+# release. The candidate is read after the refresh, so it exists.
 uver=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
-if [ -n "$qver" ] && [ "$qver" != "(none)" ] && [ -n "$uver" ] && [ "$uver" != "$qver" ]; then
-  need+=("qemu-utils=$qver" "qemu-system-x86=$qver")
+sver=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' qemu-system-x86 2>/dev/null | awk '$1 == "ii" {print $2}' || true)
+if [ ${#need[@]} -gt 0 ] || { [ -n "$uver" ] && [ "$uver" != "$sver" ]; }; then
+  refresh
+  qver=$(apt-cache policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+  if [ -n "$qver" ] && [ "$qver" != "(none)" ] && [ -n "$uver" ] && [ "$uver" != "$qver" ]; then
+    need+=("qemu-utils=$qver" "qemu-system-x86=$qver")
+  fi
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if [ ! -d /var/lib/apt/lists ] || [ -z "$(ls /var/lib/apt/lists 2>/dev/null | grep -v lock | head -1)" ] || [ -n "${INSTALL_DEPS_UPDATE:-}" ]; then
-    apt-get update -q
-  fi
-  if ! apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"; then
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"
-  fi
+  apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"
+fi
+
+if [ "$mode" != all ]; then
+  echo "install-deps: ok ($mode)"
+  exit 0
 fi
 
 # coreos-installer: the tests check the live ISO and PXE files with the real

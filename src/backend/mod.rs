@@ -25,6 +25,9 @@ pub fn loopback_missing() -> Option<String> {
             "it needs root (loop devices, mkfs, mount), and this process runs as uid {euid}"
         ));
     }
+    if let Some(why) = crate::util::container::loopback_missing() {
+        return Some(why);
+    }
     if !Path::new("/dev/loop-control").exists() {
         return Some("this host has no /dev/loop-control (no loop device support; in a container, run it privileged or pass the loop devices in)".into());
     }

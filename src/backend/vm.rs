@@ -57,6 +57,8 @@ const HEARTBEAT_SECS: u32 = 5;
 const ROOT_SIZE: &str = "4G";
 /// 9p message size: large messages make big sequential I/O cheaper.
 const MSIZE: u32 = 1 << 20;
+/// Seconds qemu may take to set up the KVM probe's guest.
+const KVM_PROBE_SECS: u64 = 20;
 /// Env var that makes the appliance hang before the job (tests the watchdog).
 pub const DEBUG_HANG_ENV: &str = "BOOTIMAGE_GEN_VM_DEBUG_HANG";
 
@@ -84,8 +86,74 @@ pub fn missing(kvm: bool) -> Option<String> {
         {
             return Some(format!("/dev/kvm is not usable ({e})"));
         }
+        if let Err(e) = kvm_guest_starts() {
+            return Some(format!("/dev/kvm is not usable ({e})"));
+        }
     }
     None
+}
+
+/// Whether qemu can set up a KVM guest here. /dev/kvm can open and still
+/// fail: under nested KVM that lacks some MSRs, qemu aborts while setting
+/// up the vCPU ("failed to set MSR 0x10a"), just after its QMP greeting. A
+/// guest that is never started (`-S`) shows it: qemu answers a QMP
+/// `query-status` only if it survived the set-up.
+fn kvm_guest_starts() -> std::result::Result<(), String> {
+    let child = Command::new("qemu-system-x86_64")
+        .args(["-machine", "q35,accel=kvm", "-cpu", "host", "-m", "64"])
+        .args(["-nodefaults", "-no-user-config", "-display", "none", "-S"])
+        .args(["-monitor", "none", "-serial", "none", "-qmp", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Err(format!("starting qemu-system-x86_64: {e}")),
+    };
+    // Kept open until qemu is killed: EOF on stdin would end QMP.
+    let mut stdin = child.stdin.take();
+    if let Some(i) = stdin.as_mut() {
+        let _ = std::io::Write::write_all(
+            i,
+            b"{\"execute\":\"qmp_capabilities\"}\n{\"execute\":\"query-status\"}\n",
+        );
+    }
+    let stdout = child.stdout.take();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let Some(o) = stdout else { return };
+        for line in BufReader::new(o).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("\"status\"") {
+                let _ = tx.send(());
+                break;
+            }
+        }
+    });
+    let answered = rx.recv_timeout(Duration::from_secs(KVM_PROBE_SECS)).is_ok();
+    let _ = child.kill();
+    drop(stdin);
+    let out = child.wait_with_output();
+    if answered {
+        return Ok(());
+    }
+    let err = out
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    let err: Vec<&str> = err
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    Err(format!(
+        "qemu cannot start a KVM guest here{}",
+        if err.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", err.join("; "))
+        }
+    ))
 }
 
 /// The host kernel the appliance boots: the newest readable

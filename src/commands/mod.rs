@@ -1,4 +1,5 @@
 //! Command handlers, named after the CLI path.
+pub mod completions;
 pub mod generate;
 pub mod input;
 pub mod inspect;
@@ -11,9 +12,19 @@ use anyhow::Result;
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect(a) => inspect::run(a),
-        Command::Generate(a) => generate::run(a),
+        Command::Generate(mut a) => {
+            // In the tool's image: -o defaults to the /out volume, and the
+            // output must be a writable volume (said in podman's terms).
+            a.output = crate::util::container::output_dir(&a.output);
+            if !a.dry_run {
+                crate::util::container::check_output(&a.output)?;
+            }
+            generate::run(a)
+        }
         Command::Platforms(a) => platforms::run(a),
         Command::VmJob(a) => crate::backend::vm::job_main(a),
+        Command::Completions(a) => completions::completions(a),
+        Command::Man(a) => completions::man(a),
     }
 }
 

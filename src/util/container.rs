@@ -163,7 +163,7 @@ pub fn loopback_missing() -> Option<String> {
     }
     if !has_sys_admin() || !Path::new("/dev/loop-control").exists() {
         return Some(
-            "this container has no loop devices and may not mount (start it with `podman run --privileged`)".into(),
+            "this container has no loop devices and may not mount: start it with `podman run --privileged`".into(),
         );
     }
     if let Err(e) = std::fs::OpenOptions::new()

@@ -1,6 +1,7 @@
 //! Small shared helpers: the external command wrapper and friends.
 pub mod cancel;
 pub mod cmd;
+pub mod container;
 pub mod progress;
 pub mod ui;
 

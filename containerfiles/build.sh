@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Build bootimage-gen's container image (containerfiles/Containerfile) and
+# print its name on stdout (progress goes to stderr).
+#
+#   containerfiles/build.sh            the binary from target/release (CI: the
+#                                      one `cargo build --release` just made)
+#   containerfiles/build.sh --release  compile it inside the image's build stage
+#
+# Cached at two levels, so a rebuild with nothing changed takes seconds:
+# - the base: a minimal Debian 12 rootfs from mmdebstrap, imported as
+#   localhost/bootimage-gen-base:<hash of the mmdebstrap inputs> (its tarball
+#   is kept in .cache/container/);
+# - the image: tagged localhost/bootimage-gen:<hash of the Containerfile, the
+#   install script, the base and the binary (or the sources)>, and :latest.
+#   Within a build, podman's layer cache keeps the runtime stage (the apt
+#   installs) while only the binary changes.
+#
+# Environment: BOOTIMAGE_GEN_IMAGE (default localhost/bootimage-gen),
+# BOOTIMAGE_GEN_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=prebuilt
+case "${1:-}" in
+  "") ;;
+  --release) target=release ;;
+  *) echo "usage: $0 [--release]" >&2; exit 2 ;;
+esac
+
+IMAGE=${BOOTIMAGE_GEN_IMAGE:-localhost/bootimage-gen}
+MIRROR=${BOOTIMAGE_GEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SECURITY=${MIRROR%/debian}/debian-security
+CACHE=.cache/container
+# This host's quirks (see README, Troubleshooting): crun fails on hybrid
+# cgroups, podman's default rlimits exceed the sandbox's.
+PODMAN_BUILD_FLAGS=(--runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --network host)
+say() { echo "image: $*" >&2; }
+hash() { sha256sum | cut -c1-16; }
+t0=$(date +%s)
+mkdir -p "$CACHE"
+
+for tool in podman mmdebstrap; do
+  command -v "$tool" >/dev/null || { say "$tool is not installed (run scripts/install-deps.sh)"; exit 1; }
+done
+
+# The base rootfs, keyed by what mmdebstrap is given (not by date: a cached
+# base is reused until these inputs change or it is removed).
+MM_ARGS=(--variant=minbase --include=ca-certificates --format=tar bookworm)
+MM_SOURCES=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main")
+base_key=$(printf '%s\n' "${MM_ARGS[@]}" "${MM_SOURCES[@]}" | hash)
+base=localhost/bootimage-gen-base:$base_key
+if ! podman image exists "$base"; then
+  tar=$CACHE/base-$base_key.tar
+  if [ ! -s "$tar" ]; then
+    say "mmdebstrap ${MM_ARGS[*]} -> $tar"
+    mmdebstrap -q "${MM_ARGS[@]}" "$tar.tmp" "${MM_SOURCES[@]}" >&2
+    mv "$tar.tmp" "$tar"
+    # Older bases are of no more use.
+    find "$CACHE" -maxdepth 1 -name 'base-*.tar' ! -name "base-$base_key.tar" -delete
+  fi
+  say "podman import $tar"
+  podman import -q "$tar" "$base" >/dev/null
+fi
+
+# The build context: only what the Containerfile copies.
+ctx=$CACHE/ctx-$target
+rm -rf "$ctx"
+mkdir -p "$ctx/scripts"
+cp scripts/install-deps.sh "$ctx/scripts/"
+if [ "$target" = prebuilt ]; then
+  bin=target/release/bootimage-gen
+  [ -x "$bin" ] || { say "$bin is missing: run cargo build --release first (make build)"; exit 1; }
+  mkdir -p "$ctx/target/release"
+  cp -l "$bin" "$ctx/target/release/" 2>/dev/null || cp "$bin" "$ctx/target/release/"
+  input=$(sha256sum "$bin")
+else
+  # The sources as git sees them (tracked and untracked, not ignored).
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - -c | tar -x -C "$ctx"
+  input=$(cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+fi
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+key=$({ cat containerfiles/Containerfile scripts/install-deps.sh; echo "$base $target"; echo "$input"; } | hash)
+tag=$IMAGE:$key
+
+if podman image exists "$tag"; then
+  say "cached $tag"
+else
+  say "podman build --target $target -> $tag"
+  podman build "${PODMAN_BUILD_FLAGS[@]}" --layers \
+    -f containerfiles/Containerfile --target "$target" \
+    --build-arg "BASE=$base" --build-arg "BOOTIMAGE_GEN_GIT_COMMIT=$commit" \
+    -t "$tag" "$ctx" >&2
+  # Earlier tags of ours go (their layers stay in podman's cache until
+  # `podman image prune`).
+  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' "$IMAGE"); do
+    case "$old" in "$tag" | "$IMAGE:latest" | *"<none>"*) ;; *) podman untag "$(podman image inspect --format '{{.Id}}' "$old")" "$old" 2>/dev/null || true ;; esac
+  done
+fi
+podman tag "$tag" "$IMAGE:latest"
+rm -rf "$ctx"
+size=$(podman image inspect --format '{{.Size}}' "$tag")
+say "$tag: $((size / 1000000)) MB, $(( $(date +%s) - t0 )) s"
+echo "$tag"

@@ -1,0 +1,441 @@
+//! The tool's own container image (`containerfiles/`, `make image`): built
+//! from the binary this test run built (cached by a hash of its inputs);
+//! `--help`, `--version` and `platforms` with no volumes; the three ways it
+//! is run — `podman run --privileged` (loopback), `--device /dev/kvm` (kvm,
+//! nokvm when nested KVM hangs) and plain (nokvm) — each generating metal
+//! from the test release mounted read-only, and each disk boots on the host;
+//! the bad inputs (no /out volume, loopback without --privileged, a
+//! read-only /out, an unusable /dev/kvm); and rootless podman as a non-root
+//! user. Needs root (rootful podman); CI runs it as root.
+//!
+//! Podman runs with `--runtime runc` and lower rlimits: crun fails on this
+//! host's hybrid cgroups, and podman's default rlimits exceed the sandbox's.
+mod common;
+use common::boot::{self, Firmware, Media};
+use common::*;
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// Seconds without a sign of life before the kvm backend's VM is stopped
+/// (nested KVM can start and then hang): short, so a hang costs little.
+const KVM_WATCHDOG: &str = "60";
+/// The release inside the containers (the fixture directory, read-only).
+const RELEASE: &str = "oci:/release/oci:release";
+/// The non-root user of the rootless run.
+const ROOTLESS_USER: &str = "bootimage-rootless";
+
+/// Under /var/tmp, not the checkout: the rootless user must reach it.
+fn root() -> PathBuf {
+    PathBuf::from("/var/tmp/bootimage-gen-tests/container")
+}
+
+/// A fresh, empty directory under the test root.
+fn fresh(name: &str) -> PathBuf {
+    let p = root().join(name);
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// The image, built once per test binary by containerfiles/build.sh (the
+/// same script as `make image`) from target/release/bootimage-gen.
+fn image() -> &'static str {
+    static I: OnceLock<String> = OnceLock::new();
+    I.get_or_init(|| {
+        let t = Instant::now();
+        let o = Command::new("bash")
+            .arg(top().join("containerfiles/build.sh"))
+            .current_dir(top())
+            .output()
+            .expect("running containerfiles/build.sh");
+        let err = stderr(&o);
+        assert!(o.status.success(), "containerfiles/build.sh failed:\n{err}");
+        eprintln!(
+            "image built in {:.1?}: {}",
+            t.elapsed(),
+            err.lines().last().unwrap_or("")
+        );
+        let _ = std::fs::remove_dir_all(root());
+        std::fs::create_dir_all(root()).unwrap();
+        stdout(&o).trim().lines().last().unwrap().to_string()
+    })
+}
+
+/// `podman run --rm` with this host's flags, `opts` before the image and
+/// `args` after it (the entrypoint is bootimage-gen).
+fn podman_run(opts: &[&str], args: &[&str]) -> Output {
+    let image = image();
+    let o = Command::new("podman")
+        .args(["--runtime", "runc", "run", "--rm", "--network", "none"])
+        .args([
+            "--ulimit",
+            "nofile=4096:4096",
+            "--ulimit",
+            "nproc=4096:4096",
+        ])
+        .args(opts)
+        .arg(image)
+        .args(args)
+        .output()
+        .expect("running podman");
+    assert!(
+        !stderr(&o).contains("Error: runc") && !stderr(&o).contains("OCI runtime"),
+        "podman could not start the container:\n{}",
+        stderr(&o)
+    );
+    o
+}
+
+/// `-v` for the fixture directory, read-only, at /release.
+fn release_volume() -> String {
+    format!("{}:/release:ro", fixture_dir().display())
+}
+
+/// One generate at a time: two emulated VMs on two cores only slow each
+/// other down, and the runs share the cache (the appliance is built once).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// What a generate in a container made.
+struct Generated {
+    out: PathBuf,
+    log: String,
+    secs: f64,
+}
+
+/// `generate metal` in a container started with `opts`, writing to a fresh
+/// host directory mounted at /out (the default output).
+fn generate(mode: &str, opts: &[&str], extra: &[&str]) -> Result<Generated, String> {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = fresh(&format!("out-{mode}"));
+    let cache = root().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let mut o: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
+    o.extend([
+        "-v".into(),
+        release_volume(),
+        "-v".into(),
+        format!("{}:/out", out.display()),
+        "-v".into(),
+        format!("{}:/cache", cache.display()),
+    ]);
+    let o: Vec<&str> = o.iter().map(String::as_str).collect();
+    let mut args = vec![
+        "generate",
+        RELEASE,
+        "metal",
+        "--compress",
+        "none",
+        "--no-ostree-archive",
+        "--progress",
+        "plain",
+    ];
+    args.extend(extra);
+    let t = Instant::now();
+    let r = podman_run(&o, &args);
+    let secs = t.elapsed().as_secs_f64();
+    let log = stderr(&r);
+    eprintln!("{mode}: generate metal in the container: {secs:.1} s");
+    if !r.status.success() {
+        return Err(log);
+    }
+    Ok(Generated { out, log, secs })
+}
+
+/// The metal disk of a run boots on the host (SeaBIOS, TCG) to the test
+/// OS's marker.
+fn boots(g: &Generated) {
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(g.out.join("meta.json")).unwrap()).unwrap();
+    let disk = image_file(&meta, &g.out, "metal");
+    assert!(
+        disk.to_str().unwrap().ends_with(".raw"),
+        "{}",
+        disk.display()
+    );
+    let r = boot::assert_boots(
+        &[Media::disk(&disk)],
+        Firmware::Bios,
+        boot::default_timeout(),
+    );
+    assert_eq!(r.marker.platform, "metal", "{}", r.log);
+    assert!(r.marker.firstboot, "firstboot=1 expected:\n{}", r.log);
+    assert_eq!(r.marker.mode, boot::Mode::Disk);
+    eprintln!("{} booted in {:.1?}", disk.display(), r.duration);
+}
+
+/// The one `error:` line of a failed run (exit 1, no panic), which must
+/// mention `needle`.
+fn one_error(o: &Output, needle: &str) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "exit 1 expected:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected:\n{err}");
+    assert!(
+        lines[0].contains(needle),
+        "'{needle}' expected in:\n{}",
+        lines[0]
+    );
+    lines[0].to_string()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The backend a dry run in a container started with `opts` would use, and
+/// why.
+fn dry_run_backend(opts: &[&str], backend: &str) -> (String, String) {
+    let mut o = vec!["-v".to_string(), release_volume()];
+    o.extend(opts.iter().map(|s| s.to_string()));
+    let o: Vec<&str> = o.iter().map(String::as_str).collect();
+    let r = podman_run(
+        &o,
+        &[
+            "generate",
+            RELEASE,
+            "metal",
+            "--dry-run",
+            "--backend",
+            backend,
+        ],
+    );
+    assert!(r.status.success(), "dry run failed:\n{}", stderr(&r));
+    let plan: Value = serde_json::from_slice(&r.stdout).unwrap();
+    (
+        plan["backend"]["name"].as_str().unwrap().to_string(),
+        plan["backend"]["reason"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn help_version_and_platforms_need_no_volumes() {
+    let o = podman_run(&[], &["--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("generate"), "{}", stdout(&o));
+    // No arguments: the image's CMD is --help.
+    let o = podman_run(&[], &[]);
+    assert!(stdout(&o).contains("Usage:"), "{}", stdout(&o));
+    let o = podman_run(&[], &["--version"]);
+    let commit = must(
+        Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(top()),
+    );
+    assert!(
+        stdout(&o).contains(&format!("(git {commit})")),
+        "--version must name commit {commit}: {}",
+        stdout(&o)
+    );
+    let o = podman_run(&[], &["platforms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for p in ["metal", "qemu", "live"] {
+        assert!(stdout(&o).contains(p), "{p} missing:\n{}", stdout(&o));
+    }
+}
+
+#[test]
+fn privileged_runs_loopback_and_its_disk_boots() {
+    assert_eq!(dry_run_backend(&["--privileged"], "auto").0, "loopback");
+    let g = generate("privileged", &["--privileged"], &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(g.log.contains("backend loopback"), "{}", g.log);
+    boots(&g);
+    eprintln!("privileged (loopback): {:.1} s", g.secs);
+}
+
+#[test]
+fn dev_kvm_runs_kvm_and_its_disk_boots() {
+    let dev = ["--device", "/dev/kvm"];
+    // Where qemu cannot start a KVM guest (nested KVM missing MSRs, as on
+    // these machines), auto says so and falls back to nokvm.
+    let (name, why) = dry_run_backend(&dev, "auto");
+    if name == "nokvm" {
+        assert!(why.contains("/dev/kvm is not usable"), "{why}");
+        eprintln!("kvm: {why}");
+    } else {
+        assert_eq!(name, "kvm", "{why}");
+    }
+    // Nested KVM can also start and then hang: the watchdog stops the VM
+    // and the error says to use nokvm, which is then used.
+    let g = match generate("kvm", &dev, &["--vm-watchdog", KVM_WATCHDOG]) {
+        Ok(g) => {
+            assert!(g.log.contains(&format!("backend {name}")), "{}", g.log);
+            g
+        }
+        Err(log) => {
+            assert!(
+                name == "kvm" && log.contains("try --backend nokvm"),
+                "a failed kvm run must be the watchdog's:\n{log}"
+            );
+            eprintln!("kvm: nested KVM hung, the watchdog stopped it; again with --backend nokvm");
+            generate("kvm-nokvm", &dev, &["--backend", "nokvm"]).unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    boots(&g);
+}
+
+#[test]
+fn plain_run_picks_nokvm_and_its_disk_boots() {
+    let (name, why) = dry_run_backend(&[], "auto");
+    assert_eq!(name, "nokvm", "{why}");
+    let g = generate("plain", &[], &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(g.log.contains("backend nokvm: auto:"), "{}", g.log);
+    boots(&g);
+}
+
+#[test]
+fn bad_input_says_which_podman_flag() {
+    let args = ["generate", RELEASE, "metal", "--no-ostree-archive"];
+    let rel = release_volume();
+    // No volume at /out (the image's VOLUME gives an anonymous one, lost
+    // with the container): name the -v to add.
+    let o = podman_run(&["-v", &rel], &args);
+    one_error(&o, "-v HOSTDIR:/out");
+    // -o to a directory of the container's own filesystem: the same.
+    let mut a = args.to_vec();
+    a.extend(["-o", "/tmp/out"]);
+    one_error(&podman_run(&["-v", &rel], &a), "-v HOSTDIR:/out");
+
+    // --backend loopback without --privileged.
+    let out = fresh("bad-loopback");
+    let vol = format!("{}:/out", out.display());
+    let mut a = args.to_vec();
+    a.extend(["--backend", "loopback"]);
+    let e = one_error(&podman_run(&["-v", &rel, "-v", &vol], &a), "--privileged");
+    assert!(e.contains("podman run --privileged"), "{e}");
+    assert!(entries(&out).is_empty(), "left behind: {:?}", entries(&out));
+
+    // An output volume the container cannot write.
+    let vol_ro = format!("{}:/out:ro", out.display());
+    one_error(
+        &podman_run(&["-v", &rel, "-v", &vol_ro], &args),
+        "not writable",
+    );
+    assert!(entries(&out).is_empty(), "left behind: {:?}", entries(&out));
+
+    // /dev/kvm passed but unusable (read-only): auto falls back to nokvm
+    // and says so; --backend kvm is an error naming nokvm.
+    let kvm_ro = ["--device", "/dev/kvm:/dev/kvm:r"];
+    let (name, why) = dry_run_backend(&kvm_ro, "auto");
+    assert_eq!(name, "nokvm", "{why}");
+    assert!(why.contains("/dev/kvm is not usable"), "{why}");
+    let mut a = args.to_vec();
+    a.extend(["--backend", "kvm"]);
+    let mut opts = vec!["-v", &rel, "-v", &vol];
+    opts.extend(kvm_ro);
+    let e = one_error(&podman_run(&opts, &a), "/dev/kvm is not usable");
+    assert!(e.contains("--backend nokvm"), "{e}");
+    assert!(entries(&out).is_empty(), "left behind: {:?}", entries(&out));
+}
+
+/// The same image under rootless podman, as a non-root host user: the
+/// image is loaded into the user's storage, and a plain run of the
+/// release (an oci-archive the user can read) plans nokvm.
+#[test]
+fn rootless_podman_runs_it() {
+    let image = image();
+    let dir = root().join("rootless");
+    std::fs::create_dir_all(&dir).unwrap();
+    for d in [root().parent().unwrap(), &root(), &dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    if Command::new("id")
+        .arg(ROOTLESS_USER)
+        .output()
+        .unwrap()
+        .status
+        .code()
+        != Some(0)
+    {
+        must(Command::new("useradd").args(["-m", "-s", "/bin/sh", ROOTLESS_USER]));
+    }
+    // Subordinate ids for its user namespace (useradd adds them when
+    // /etc/subuid exists; make sure).
+    for f in ["/etc/subuid", "/etc/subgid"] {
+        let s = std::fs::read_to_string(f).unwrap_or_default();
+        if !s
+            .lines()
+            .any(|l| l.starts_with(&format!("{ROOTLESS_USER}:")))
+        {
+            let mut s = s;
+            s.push_str(&format!("{ROOTLESS_USER}:300000:65536\n"));
+            std::fs::write(f, s).unwrap();
+        }
+    }
+    let archive = dir.join("release.ociarchive");
+    std::fs::copy(fixture_dir().join("release.ociarchive"), &archive).unwrap();
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let user = |script: &str| -> Output {
+        Command::new("su")
+            .args(["-", ROOTLESS_USER, "-c", script])
+            .output()
+            .unwrap()
+    };
+    // The user's storage gets the image once per image (its tag is the
+    // hash of its inputs).
+    if !user(&format!("podman image exists {image}"))
+        .status
+        .success()
+    {
+        let t = Instant::now();
+        let tar = dir.join("image.tar");
+        let _ = std::fs::remove_file(&tar);
+        must(Command::new("podman").args(["save", "-q", "-o", tar.to_str().unwrap(), image]));
+        std::fs::set_permissions(&tar, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let o = user(&format!("podman load -q -i {}", tar.display()));
+        let _ = std::fs::remove_file(&tar);
+        assert!(o.status.success(), "rootless podman load: {}", stderr(&o));
+        eprintln!("rootless: image loaded in {:.1?}", t.elapsed());
+    }
+    let run = format!(
+        "podman --runtime runc run --rm --network none --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 -v {}:/release.ociarchive:ro {image}",
+        archive.display()
+    );
+    let o = user(&format!("{run} platforms"));
+    assert!(o.status.success(), "rootless podman run: {}", stderr(&o));
+    assert!(stdout(&o).contains("metal"), "{}", stdout(&o));
+    let o = user(&format!(
+        "{run} generate oci-archive:/release.ociarchive:release metal --dry-run"
+    ));
+    assert!(o.status.success(), "rootless dry run: {}", stderr(&o));
+    let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["backend"]["name"], "nokvm", "{plan}");
+    // Loopback cannot work rootless even with --privileged: the container's
+    // root is this user, who may not attach loop devices.
+    let o = user(&format!(
+        "podman --runtime runc run --rm --network none --privileged --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 -v {}:/release.ociarchive:ro {image} generate oci-archive:/release.ociarchive:release metal --dry-run --backend loopback",
+        archive.display()
+    ));
+    one_error(&o, "loop");
+}
+
+#[test]
+fn image_is_small_and_has_no_toolchain() {
+    let image = image();
+    let size: u64 =
+        must(Command::new("podman").args(["image", "inspect", "--format", "{{.Size}}", image]))
+            .parse()
+            .unwrap();
+    eprintln!("image size: {} MB", size / 1_000_000);
+    let o = Command::new("podman")
+        .args(["--runtime", "runc", "run", "--rm", "--network", "none"])
+        .args(["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"])
+        .args(["--entrypoint", "sh", image, "-c"])
+        .arg("for t in cargo rustc cc gcc ld; do command -v $t && exit 1; done; stat -c %s /usr/bin/bootimage-gen")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "toolchain in the image: {}", stdout(&o));
+    let bin: u64 = stdout(&o).trim().parse().unwrap();
+    eprintln!("binary size: {} MB", bin / 1_000_000);
+    assert!(
+        bin <= 60_000_000,
+        "the shipped binary is {bin} bytes (target <= 60 MB)"
+    );
+}
