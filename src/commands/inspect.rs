@@ -62,7 +62,10 @@ pub fn document(l: &Loaded) -> Value {
                 "aws-volume-type": setting(&i.aws_volume_type),
                 "aws-x86-boot-mode": setting(&i.aws_x86_boot_mode),
                 "live-rootfs-fstype": setting(&i.live_rootfs_fstype),
+                "live-rootfs-fsoptions": setting(&i.live_rootfs_fsoptions),
+                "bootc-install-to-fs": setting(&i.bootc_install_to_fs),
             },
+            "bootupd": bootupd(l, &o.commit),
             "platforms": o.config.platforms.as_ref().map(|p| json!({
                 "source": p.source,
                 "shape": match p.shape {
@@ -110,11 +113,48 @@ pub fn document(l: &Loaded) -> Value {
     })
 }
 
+/// bootupd in the OS: its metadata's versions and whether it ships static
+/// GRUB configs; null when it ships no metadata.
+fn bootupd(l: &Loaded, commit: &str) -> Value {
+    use crate::disk::bootupd as b;
+    let repo = &l.cache.repo;
+    let version = |rel: &str| -> Value {
+        match repo.read_file(commit, &format!("/{rel}")) {
+            Ok(Some(raw)) => match b::parse_metadata(&raw, rel) {
+                Ok(m) => m["version"].clone(),
+                Err(e) => json!(format!("unreadable: {e}")),
+            },
+            _ => Value::Null,
+        }
+    };
+    let (efi, bios) = (version(b::EFI_JSON), version(b::BIOS_JSON));
+    if efi.is_null() && bios.is_null() {
+        return Value::Null;
+    }
+    let static_configs = matches!(repo.list_dir(commit, &format!("/{}", b::STATIC_DIR)), Ok(Some(_)));
+    json!({"efi": efi, "bios": bios, "static-configs": static_configs})
+}
+
 fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+/// The manifest list a reference named and the entry chosen, if any.
+fn index_row(row: &dyn Fn(&str, String), index: &Value) {
+    if let Some(i) = index.as_object() {
+        row(
+            "manifest list",
+            format!(
+                "{} -> {} ({})",
+                s(&i["index_digest"]),
+                s(&i["digest"]),
+                s(&i["platform"])
+            ),
+        );
     }
 }
 
@@ -124,17 +164,7 @@ fn print_text(d: &Value) {
     row("reference", s(&d["release"]["reference"]));
     row("version", s(&d["release"]["version"]));
     row("digest", s(&d["release"]["digest"]));
-    if let Some(i) = d["release"]["index"].as_object() {
-        row(
-            "manifest list",
-            format!(
-                "{} -> {} ({})",
-                s(&i["index_digest"]),
-                s(&i["digest"]),
-                s(&i["platform"])
-            ),
-        );
-    }
+    index_row(&row, &d["release"]["index"]);
     row("architecture", s(&d["release"]["architecture"]));
     let o = &d["os"];
     println!("OS image");
@@ -142,17 +172,7 @@ fn print_text(d: &Value) {
     row("pullspec", s(&o["pullspec"]));
     row("read from", s(&o["source"]));
     row("digest", s(&o["digest"]));
-    if let Some(i) = o["index"].as_object() {
-        row(
-            "manifest list",
-            format!(
-                "{} -> {} ({})",
-                s(&i["index_digest"]),
-                s(&i["digest"]),
-                s(&i["platform"])
-            ),
-        );
-    }
+    index_row(&row, &o["index"]);
     row("format", s(&o["format"]));
     row("ostree commit", s(&o["commit"]));
     if let Some(n) = o["derived-layers"].as_u64() {
@@ -231,6 +251,24 @@ fn print_text(d: &Value) {
                     "(none: the OS ships no platforms.json)".into(),
                 ),
             }
+            let b = &c["bootupd"];
+            row(
+                "bootupd",
+                if b.is_null() {
+                    "no (the OS ships no bootupd metadata)".into()
+                } else {
+                    format!(
+                        "yes: EFI {}, BIOS {}{}",
+                        s(&b["efi"]),
+                        s(&b["bios"]),
+                        if b["static-configs"] == true {
+                            ", static GRUB configs"
+                        } else {
+                            ""
+                        }
+                    )
+                },
+            );
             row(
                 "live templates",
                 if c["live-templates"] == true {
