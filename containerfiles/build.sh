@@ -82,6 +82,11 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 key=$({ cat containerfiles/Containerfile scripts/install-deps.sh; echo "$base $target"; echo "$input"; } | hash)
 tag=$IMAGE:$key
 
+# Compiling fetches crates: trust what this host trusts (a site proxy's CA).
+if [ "$target" = release ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+  PODMAN_BUILD_FLAGS+=(-v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro)
+fi
+
 if podman image exists "$tag"; then
   say "cached $tag"
 else
