@@ -291,6 +291,18 @@ fn arch_keyed_platforms_and_multi_generate() {
         serde_json::from_slice(&std::fs::read(multi.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["coreos-assembler.basearch"], "x86_64");
     assert_eq!(meta["ostree-commit"], fx()["rhel_coreos"]["commit"]);
+    // The OS container shipped beside it is the list's entry for the arch.
+    let archive = image_file(&meta, &multi, "ostree");
+    let i: Value = serde_json::from_str(&must(
+        Command::new("skopeo").args(["inspect", &format!("oci-archive:{}", archive.display())]),
+    ))
+    .unwrap();
+    assert_eq!(i["Architecture"], "amd64", "{i:#}");
+    assert_eq!(
+        i["Digest"],
+        fxk("release_multi")["os"]["manifests"]["amd64"],
+        "{i:#}"
+    );
 }
 
 /// A derived OS image (ordinary container layers on the ostree commit):

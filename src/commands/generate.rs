@@ -998,9 +998,15 @@ impl Builder<'_> {
             .with_context(|| format!("creating a temporary file in {}", self.out.display()))?;
         let scratch = self.work.join("skopeo");
         std::fs::create_dir_all(&scratch)?;
-        input
-            .fetch
-            .copy_to_oci_archive(&self.resolved.os_source, tmp.path(), &scratch)?;
+        input.fetch.copy_to_oci_archive(
+            &self.resolved.os_source,
+            tmp.path(),
+            &scratch,
+            self.resolved
+                .os_index
+                .as_ref()
+                .map(|_| self.plan.release.arch.as_str()),
+        )?;
         let entry = file_entry(&file, tmp.path(), Some(true))?;
         publish(tmp, &self.out.join(&file))?;
         step.done(&format!("{file} ({} MiB)", entry.size >> 20));

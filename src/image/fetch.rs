@@ -105,10 +105,9 @@ impl FetchOptions {
     /// The raw top-level manifest of a registry image (`skopeo inspect
     /// --raw`: a manifest list stays a list, where the image proxy would
     /// pick this host's entry).
-    pub fn raw_manifest(&self, r: &ImageRef) -> Result<Vec<u8>> {
-        let scratch = std::env::temp_dir();
+    pub fn raw_manifest(&self, r: &ImageRef, scratch: &Path) -> Result<Vec<u8>> {
         let mut c = crate::util::cmd::new("skopeo", ["inspect", "--raw"]);
-        if let Some(a) = self.effective_authfile(&scratch) {
+        if let Some(a) = self.effective_authfile(scratch) {
             c.arg("--authfile").arg(a);
         }
         if let Some(d) = &self.cert_dir {
@@ -150,9 +149,24 @@ impl FetchOptions {
     /// `skopeo copy` of `src` (a containers-transports reference) to an
     /// OCI archive at `dst`, with these credentials and TLS settings and
     /// skopeo's temporary files under `scratch`.
-    pub fn copy_to_oci_archive(&self, src: &str, dst: &Path, scratch: &Path) -> Result<()> {
+    /// `arch` (CoreOS name): the entry to copy when `src` is a manifest
+    /// list (skopeo would pick this host's).
+    pub fn copy_to_oci_archive(
+        &self,
+        src: &str,
+        dst: &Path,
+        scratch: &Path,
+        arch: Option<&str>,
+    ) -> Result<()> {
         let mut c = crate::util::cmd::new("skopeo", ["--tmpdir"]);
-        c.arg(scratch).arg("copy").arg("--quiet");
+        c.arg(scratch);
+        if let Some(a) = arch {
+            c.arg("--override-os")
+                .arg("linux")
+                .arg("--override-arch")
+                .arg(crate::release::oci_arch(a));
+        }
+        c.arg("copy").arg("--quiet");
         if let Some(a) = &self.effective_authfile(scratch) {
             c.arg("--src-authfile").arg(a);
         }
@@ -305,7 +319,7 @@ impl Fetcher {
         check_local(r)?;
         let mut index = None;
         let mut opened = r.clone();
-        if let Some((digest, doc)) = super::index::top_index(r, &self.opts)? {
+        if let Some((digest, doc)) = super::index::top_index(r, &self.opts, &self.scratch)? {
             let c = super::index::choose(&doc, &digest, arch, &r.to_string())?;
             opened = super::index::entry_ref(r, &c, &self.scratch)?;
             index = Some(c);

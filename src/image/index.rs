@@ -146,7 +146,12 @@ fn archive_file(archive: &Path, name: &str, limit: u64) -> Result<Option<Vec<u8>
 /// The top-level manifest of `r` when it is an index: `(digest, document)`.
 /// `None` for a single image (or a reference the layout does not hold:
 /// opening it reports that in the usual way).
-pub fn top_index(r: &ImageRef, opts: &FetchOptions) -> Result<Option<(String, Value)>> {
+/// `scratch`: this run's private temporary directory (skopeo's files).
+pub fn top_index(
+    r: &ImageRef,
+    opts: &FetchOptions,
+    scratch: &Path,
+) -> Result<Option<(String, Value)>> {
     let what = r.to_string();
     match r {
         ImageRef::Oci { path, tag } => {
@@ -181,7 +186,7 @@ pub fn top_index(r: &ImageRef, opts: &FetchOptions) -> Result<Option<(String, Va
             layout_index(&index, tag.as_deref(), &what, &read)
         }
         ImageRef::Docker(_) => {
-            let raw = opts.raw_manifest(r)?;
+            let raw = opts.raw_manifest(r, scratch)?;
             let doc: Value = match serde_json::from_slice(&raw) {
                 Ok(v) => v,
                 Err(_) => return Ok(None),
@@ -332,10 +337,10 @@ mod tests {
             path: d.path().into(),
             tag: Some("multi".into()),
         };
-        let (dg, doc) = top_index(&r, &o).unwrap().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let (dg, doc) = top_index(&r, &o, scratch.path()).unwrap().unwrap();
         assert_eq!(dg, digest);
         let c = choose(&doc, &dg, "aarch64", "r").unwrap();
-        let scratch = tempfile::tempdir().unwrap();
         let e = entry_ref(&r, &c, scratch.path()).unwrap();
         let ImageRef::Oci { path, tag } = &e else {
             panic!("{e:?}")
@@ -349,6 +354,6 @@ mod tests {
             path: d.path().into(),
             tag: Some("single".into()),
         };
-        assert!(top_index(&single, &o).unwrap().is_none());
+        assert!(top_index(&single, &o, scratch.path()).unwrap().is_none());
     }
 }
