@@ -125,6 +125,39 @@ pub struct Meta {
     /// them.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// More keys of an `images.<key>` entry beyond cosa's artifact fields
+    /// (its schema allows them there, not at the top level), e.g. how
+    /// `live-rootfs` was made: `live-rootfs-fstype`, the options the OS asked
+    /// for and those used (see [`live_rootfs_details`]). Written into the
+    /// entries by [`write_meta`], read back by [`read_meta`].
+    #[serde(skip)]
+    pub image_details: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `images.live-rootfs` details of an EROFS rootfs: the fstype, the options
+/// the OS's image.json asked for, those mkfs.erofs ran with, and each one
+/// replaced or left out because of the host's mkfs.erofs, with the reason.
+pub fn live_rootfs_details(
+    fstype: &str,
+    requested: &str,
+    mkfs: &str,
+    used: &str,
+    replaced: &[(String, String, String)],
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("live-rootfs-fstype".into(), fstype.into());
+    m.insert("live-rootfs-fsoptions".into(), requested.into());
+    m.insert("mkfs".into(), mkfs.into());
+    m.insert("mkfs-options".into(), used.into());
+    m.insert(
+        "mkfs-options-replaced".into(),
+        replaced
+            .iter()
+            .map(|(r, u, why)| serde_json::json!({"requested": r, "used": u, "reason": why}))
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    m
 }
 
 /// The `coreos-assembler.*` top-level keys.
@@ -210,6 +243,16 @@ pub struct ContainerImage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
 }
+
+/// The fields of cosa's `definitions.artifact`.
+const ARTIFACT_FIELDS: &[&str] = &[
+    "path",
+    "sha256",
+    "size",
+    "uncompressed-sha256",
+    "uncompressed-size",
+    "skip-compression",
+];
 
 /// cosa schema `definitions.artifact`: one file of the build.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,6 +363,7 @@ impl Meta {
             images: BTreeMap::new(),
             amis: Vec::new(),
             extra: serde_json::Map::new(),
+            image_details: BTreeMap::new(),
         }
     }
 
@@ -437,8 +481,14 @@ impl Meta {
             images,
             amis,
             extra,
+            image_details,
             ..
         } = existing;
+        for (k, v) in image_details {
+            if !self.image_details.contains_key(&k) && !self.images.contains_key(&k) {
+                self.image_details.insert(k, v);
+            }
+        }
         fill(&mut self.ostree_content_checksum, ostree_content_checksum);
         let ca = &mut self.coreos_assembler;
         fill(&mut ca.build_timestamp, coreos_assembler.build_timestamp);
@@ -515,8 +565,23 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let meta =
+    let mut meta: Meta =
         serde_json::from_slice(&data).with_context(|| format!("parsing {}", path.display()))?;
+    // The entries' keys beyond cosa's artifact fields.
+    let v: serde_json::Value = serde_json::from_slice(&data)?;
+    if let Some(images) = v.get("images").and_then(|i| i.as_object()) {
+        for (k, e) in images {
+            let Some(e) = e.as_object() else { continue };
+            let more: serde_json::Map<_, _> = e
+                .iter()
+                .filter(|(f, _)| !ARTIFACT_FIELDS.contains(&f.as_str()))
+                .map(|(f, x)| (f.clone(), x.clone()))
+                .collect();
+            if !more.is_empty() {
+                meta.image_details.insert(k.clone(), more);
+            }
+        }
+    }
     Ok(Some(meta))
 }
 
@@ -529,10 +594,22 @@ pub fn write_meta(dir: &Path, meta: &Meta) -> Result<()> {
             "{META_JSON} has no images.{IMAGE_KEY_OSTREE} entry, which cosa's schema requires"
         );
     }
+    let mut v = serde_json::to_value(meta).context("serialising meta.json")?;
+    for (k, more) in &meta.image_details {
+        if let Some(e) = v
+            .get_mut("images")
+            .and_then(|i| i.get_mut(k))
+            .and_then(|e| e.as_object_mut())
+        {
+            for (f, x) in more {
+                e.insert(f.clone(), x.clone());
+            }
+        }
+    }
     let mut out = Vec::new();
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    meta.serialize(&mut ser).context("serialising meta.json")?;
+    v.serialize(&mut ser).context("serialising meta.json")?;
     out.push(b'\n');
     write_atomic(dir, META_JSON, &out)
 }

@@ -50,7 +50,18 @@ pub struct ImageConfig {
     pub aws_x86_boot_mode: Setting<String>,
     #[serde(rename = "live-rootfs-fstype")]
     pub live_rootfs_fstype: Setting<String>,
+    /// Options of mkfs for the live rootfs (osbuild live-artifacts.mono:
+    /// default `-comp zstd` for squashfs, `--quiet` for erofs).
+    #[serde(rename = "live-rootfs-fsoptions")]
+    pub live_rootfs_fsoptions: Setting<String>,
+    /// The OS asks to be installed by its own `bootc install to-filesystem`
+    /// (cosa `cmd-osbuild`: `getconfig_def "bootc-install-to-fs" "false"`).
+    #[serde(rename = "bootc-install-to-fs")]
+    pub bootc_install_to_fs: Setting<bool>,
 }
+
+/// The live rootfs filesystems upstream builds (osbuild live-artifacts.mono).
+pub const LIVE_ROOTFS_FSTYPES: [&str; 2] = ["squashfs", "erofs"];
 
 /// RHCOS defaults (SPEC 1.2).
 fn defaults() -> Map<String, Value> {
@@ -65,6 +76,7 @@ fn defaults() -> Map<String, Value> {
         "aws-volume-type": "gp2",
         "aws-x86-boot-mode": "legacy-bios",
         "live-rootfs-fstype": "squashfs",
+        "bootc-install-to-fs": false,
     });
     v.as_object().cloned().unwrap_or_default()
 }
@@ -147,6 +159,29 @@ impl ImageConfig {
             aws_volume_type: st("aws-volume-type")?,
             aws_x86_boot_mode: st("aws-x86-boot-mode")?,
             live_rootfs_fstype: st("live-rootfs-fstype")?,
+            live_rootfs_fsoptions: Setting {
+                value: String::new(),
+                source: String::new(),
+            },
+            bootc_install_to_fs: b("bootc-install-to-fs")?,
+        };
+        let mut cfg = cfg;
+        // The default options depend on the fstype (osbuild: `-comp zstd`
+        // for squashfs, else `--quiet`).
+        cfg.live_rootfs_fsoptions = match obj.get("live-rootfs-fsoptions") {
+            Some(Value::String(v)) => Setting {
+                value: v.clone(),
+                source: source.to_string(),
+            },
+            None | Some(Value::Null) => Setting {
+                value: if cfg.live_rootfs_fstype.value == "squashfs" {
+                    "-comp zstd".to_string()
+                } else {
+                    "--quiet".to_string()
+                },
+                source: "default".to_string(),
+            },
+            Some(v) => bail!("{source}: 'live-rootfs-fsoptions' must be a string, got {v}"),
         };
         if cfg.size.value == 0 || cfg.size.value > 64 * 1024 {
             bail!(
@@ -398,6 +433,26 @@ mod tests {
         let c = ImageConfig::from_json(None, "x").unwrap();
         assert_eq!(c.compressor.value, "gzip");
         assert_eq!(c.size.value, 16);
+    }
+    #[test]
+    fn live_rootfs_and_bootc_keys() {
+        let c = ImageConfig::from_json(None, "x").unwrap();
+        assert_eq!(c.live_rootfs_fstype.value, "squashfs");
+        assert_eq!(c.live_rootfs_fsoptions.value, "-comp zstd");
+        assert!(c.live_rootfs_fsoptions.is_default());
+        assert!(!c.bootc_install_to_fs.value);
+        // rhel-coreos-config image-rhel-10.2.yaml.
+        let c = ImageConfig::from_json(
+            Some(&json!({"live-rootfs-fstype": "erofs", "live-rootfs-fsoptions": "-zlzma,level=6 -Efragments -C1048576 --quiet", "bootc-install-to-fs": true})),
+            "image.json",
+        )
+        .unwrap();
+        assert_eq!(c.live_rootfs_fstype.value, "erofs");
+        assert_eq!(c.live_rootfs_fsoptions.source, "image.json");
+        assert!(c.bootc_install_to_fs.value);
+        let c = ImageConfig::from_json(Some(&json!({"live-rootfs-fstype": "erofs"})), "i").unwrap();
+        assert_eq!(c.live_rootfs_fsoptions.value, "--quiet");
+        assert!(ImageConfig::from_json(Some(&json!({"bootc-install-to-fs": "yes"})), "i").is_err());
     }
     #[test]
     fn bad_values_are_named() {

@@ -4,7 +4,7 @@ use super::input::{self, Input};
 use crate::backend;
 use crate::cli::GenerateArgs;
 use crate::disk::job::{
-    BootSetting, DiskJob, DiskOutput, LiveJob, LiveStage, OS_EFI_DIR, OS_GRUB_BIOS_DIR,
+    BootSetting, BootupdJob, DiskJob, DiskOutput, LiveJob, LiveStage, OS_EFI_DIR, OS_GRUB_BIOS_DIR,
 };
 use crate::disk::{deploy, derive, layout::Layout};
 use crate::io::compress::{self, Compressor};
@@ -101,11 +101,14 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let commit = &os.commit;
     check_bootloader(&loaded.cache.repo, commit, &plan)?;
-    let syslinux = if plan.artifacts.iter().any(|x| x.live.is_some()) {
-        Some(check_live(&loaded.cache.repo, os)?)
+    let bootupd = check_bootupd(&loaded.cache.repo, os)?;
+    let (syslinux, erofs) = if plan.artifacts.iter().any(|x| x.live.is_some()) {
+        let (s, e) = check_live(&loaded.cache.repo, os)?;
+        (Some(s), e)
     } else {
-        None
+        (None, None)
     };
+    note_os_requests(os, bootupd.as_ref(), erofs.as_ref(), &reporter);
     let new_meta = start_meta(&plan, os, &loaded.resolved);
     if let Some(old) = meta::read_meta(&a.output)? {
         if !old.same_build(&new_meta) {
@@ -148,6 +151,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         raw_dir: a.debug_raw_dir.as_deref(),
         chunks: compress::ChunkCache::new(&work.path().join("chunks.cache"))?,
         syslinux,
+        erofs,
+        bootupd,
         aws: aws.as_ref().zip(ami_spec.as_ref()),
     };
     let job = b.disk_job()?;
@@ -162,6 +167,23 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         if art.live.is_some() {
             for (key, entry) in b.live_artifacts(&base, art)? {
                 m.images.insert(key, entry);
+            }
+            if let Some(o) = &b.erofs {
+                let replaced: Vec<(String, String, String)> = o
+                    .replaced
+                    .iter()
+                    .map(|x| (x.requested.clone(), x.used.clone(), x.reason.clone()))
+                    .collect();
+                m.image_details.insert(
+                    meta::IMAGE_KEY_LIVE_ROOTFS.to_string(),
+                    meta::live_rootfs_details(
+                        "erofs",
+                        &o.requested,
+                        &o.host.describe(),
+                        &o.used(),
+                        &replaced,
+                    ),
+                );
             }
             continue;
         }
@@ -442,13 +464,27 @@ fn check_bootloader(
 /// usable initramfs, the EFI GRUB vendor directory (for the ISO's
 /// `EFI/<vendor>/grub.cfg` and efiboot.img), a squashfs live root, and
 /// ISOLINUX on the host. Checked before anything is built.
-fn check_live(repo: &crate::oscontainer::repo::Repo, os: &OsInfo) -> Result<Syslinux> {
+fn check_live(
+    repo: &crate::oscontainer::repo::Repo,
+    os: &OsInfo,
+) -> Result<(Syslinux, Option<live::erofs::Options>)> {
     let commit = &os.commit;
     let short = input::short(commit);
-    let fstype = &os.config.image.live_rootfs_fstype.value;
-    if fstype != "squashfs" {
-        bail!("the OS's image.json asks for live-rootfs-fstype '{fstype}'; this tool builds the live rootfs as squashfs only (SPEC 5); build the OS with the default (squashfs)");
-    }
+    let img = &os.config.image;
+    let fstype = &img.live_rootfs_fstype.value;
+    let erofs = match fstype.as_str() {
+        "squashfs" => None,
+        "erofs" => {
+            let host = live::erofs::Host::probe()?;
+            Some(live::erofs::map_options(
+                &img.live_rootfs_fsoptions.value,
+                &host,
+                os.timestamp,
+                &live::erofs::uuid_from(&os.commit),
+            )?)
+        }
+        other => bail!("the OS's image.json asks for live-rootfs-fstype '{other}'; upstream builds the live rootfs as squashfs or erofs only (osbuild live-artifacts.mono), and so does this tool"),
+    };
     let kdir = format!("/usr/lib/modules/{}", os.kernel_version);
     let initrd = format!("{kdir}/{}", live::INITRAMFS_NAME);
     let Some(data) = repo.read_file(commit, &initrd)? else {
@@ -488,7 +524,107 @@ fn check_live(repo: &crate::oscontainer::repo::Repo, os: &OsInfo) -> Result<Sysl
         }
         bail!("the OS ships no live ISO menu templates ({}) and the built-in menus cannot be used either: they need the OS's EFI GRUB in a vendor directory ({efi}/<vendor>/grub*.efi, where the UEFI menu EFI/<vendor>/grub.cfg goes), and commit {short} has {what}; use an OS image that ships coreos-assembler's live/ templates and its bootupd EFI tree", crate::osconfig::LIVE_DIR);
     }
-    Syslinux::find()
+    Ok((Syslinux::find()?, erofs))
+}
+
+/// What the OS ships for bootupd (bootupd `src/model.rs`, `src/grubconfigs.rs`).
+struct BootupdInfo {
+    efi: Option<serde_json::Value>,
+    bios: Option<serde_json::Value>,
+    static_configs: bool,
+}
+
+/// bootupd's metadata in the OS, checked before anything is built: a file
+/// that does not parse is an error naming it and the field. `None` when the
+/// OS ships none (no state is written then).
+fn check_bootupd(
+    repo: &crate::oscontainer::repo::Repo,
+    os: &OsInfo,
+) -> Result<Option<BootupdInfo>> {
+    use crate::disk::bootupd as b;
+    let read = |rel: &str| -> Result<Option<serde_json::Value>> {
+        let path = format!("/{rel}");
+        match repo.read_file(&os.commit, &path)? {
+            Some(raw) => Ok(Some(b::parse_metadata(
+                &raw,
+                &format!("{path} (OS commit {})", input::short(&os.commit)),
+            )?)),
+            None => Ok(None),
+        }
+    };
+    let efi = read(b::EFI_JSON)?;
+    let bios = read(b::BIOS_JSON)?;
+    if efi.is_none() && bios.is_none() {
+        return Ok(None);
+    }
+    let static_configs = repo
+        .list_dir(&os.commit, &format!("/{}", b::STATIC_DIR))?
+        .is_some();
+    Ok(Some(BootupdInfo {
+        efi,
+        bios,
+        static_configs,
+    }))
+}
+
+/// Say plainly what the OS asks for and what this run does instead, before
+/// the build: bootupd, `bootc-install-to-fs`, EROFS option replacements.
+fn note_os_requests(
+    os: &OsInfo,
+    bootupd: Option<&BootupdInfo>,
+    erofs: Option<&live::erofs::Options>,
+    r: &Reporter,
+) {
+    if let Some(b) = bootupd {
+        let v = |m: &Option<serde_json::Value>| {
+            m.as_ref()
+                .and_then(|m| m.get("version"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("-")
+                .to_string()
+        };
+        r.note(&format!(
+            "bootupd: the OS ships its metadata (EFI {}, BIOS {}): /boot/bootupd-state.json is written as `bootupctl backend install{}` writes it{}",
+            v(&b.efi),
+            v(&b.bios),
+            if b.static_configs { " --with-static-configs" } else { "" },
+            if b.static_configs {
+                format!(", and the GRUB configs come from the OS's /{} (as bootupd installs them) instead of this tool's", crate::disk::bootupd::STATIC_DIR)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if os.config.image.bootc_install_to_fs.value {
+        r.note("bootc-install-to-fs: the OS's image.json asks to be installed by its own bootc (`bootc install to-filesystem`, as coreos-assembler does for it); this tool does not run the OS's bootc: it deploys the commit with ostree (`ostree admin deploy`) and installs the bootloader from the OS's bootupd payload, as coreos-assembler's non-bootc path does. What differs: no /ostree/bootc state or .bootc-aleph.json (the aleph file is /.coreos-aleph-version.json, not a link to .bootc-aleph.json), the origin file is written by this tool, and anything the OS's bootc install configuration (/usr/lib/bootc/install/*.toml) sets, such as root filesystem type or kargs, is not applied");
+    }
+    if let Some(o) = erofs {
+        let mut msg = format!(
+            "live-rootfs: erofs with {}; the OS asked for '{}'",
+            o.host.describe(),
+            o.requested
+        );
+        if o.replaced.is_empty() {
+            msg.push_str(", all honoured");
+        } else {
+            msg.push_str(&format!(
+                "; replaced: {}",
+                o.replaced
+                    .iter()
+                    .map(|x| x.line())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+        if !o.added.is_empty() {
+            msg.push_str(&format!(
+                "; added for reproducible bytes: {}",
+                o.added.join(" ")
+            ));
+        }
+        msg.push_str(&format!("; running: mkfs.erofs {}", o.used()));
+        r.note(&msg);
+    }
 }
 
 /// Free bytes for unprivileged users on the filesystem holding `p`, and its device.
@@ -630,6 +766,10 @@ struct Builder<'a> {
     chunks: compress::ChunkCache,
     /// The host's ISOLINUX, when live is planned.
     syslinux: Option<Syslinux>,
+    /// The mkfs.erofs options, when live is planned and the OS asks for EROFS.
+    erofs: Option<live::erofs::Options>,
+    /// What the OS ships for bootupd, when it ships its metadata.
+    bootupd: Option<BootupdInfo>,
     /// `--aws-register`: where and what to register the aws disk as.
     aws: Option<(&'a crate::aws::Session, &'a crate::aws::AmiSpec)>,
 }
@@ -647,7 +787,6 @@ impl Builder<'_> {
 
     fn aleph(&self) -> deploy::Aleph {
         deploy::Aleph {
-            build: self.os.version.clone(),
             ref_: String::new(),
             version: self.os.version.clone(),
             ostree_commit: self.os.commit.clone(),
@@ -708,7 +847,11 @@ impl Builder<'_> {
                         .cloned()
                         .unwrap_or_else(|| self.os.osname.clone()),
                     threads: self.threads,
+                    erofs: self.erofs.clone(),
                 }),
+            bootupd: self.bootupd.as_ref().map(|_| BootupdJob {
+                timestamp: self.os.timestamp,
+            }),
         })
     }
 

@@ -131,7 +131,10 @@ fn bootupd(l: &Loaded, commit: &str) -> Value {
     if efi.is_null() && bios.is_null() {
         return Value::Null;
     }
-    let static_configs = matches!(repo.list_dir(commit, &format!("/{}", b::STATIC_DIR)), Ok(Some(_)));
+    let static_configs = matches!(
+        repo.list_dir(commit, &format!("/{}", b::STATIC_DIR)),
+        Ok(Some(_))
+    );
     json!({"efi": efi, "bios": bios, "static-configs": static_configs})
 }
 

@@ -34,10 +34,13 @@ pub struct Deploy<'a> {
     pub platforms_json: Option<&'a [u8]>,
 }
 
-/// `/.coreos-aleph-version.json`: what the disk was built from.
+/// `/.coreos-aleph-version.json`: what the disk was built from, with the keys
+/// osbuild's `org.osbuild.ostree.aleph` writes (`version`, `ref`,
+/// `ostree-commit`, `container-image`). No `build` key next to `version`:
+/// bootupd reads `build` as an alias of `version` and rejects a file with
+/// both ("duplicate field `version`", so `bootupctl status` fails).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Aleph {
-    pub build: String,
     #[serde(rename = "ref")]
     pub ref_: String,
     pub version: String,

@@ -21,6 +21,9 @@ pub struct BootEdit<'a> {
     pub kargs: &'a [String],
     /// GRUB console commands for `console.cfg`.
     pub grub_commands: &'a [String],
+    /// bootupd's static GRUB configs of the OS, when it ships them: they
+    /// make `grub.cfg` instead of ours.
+    pub static_grub: Option<&'a super::bootupd::StaticGrub>,
 }
 
 /// Write a file through a temporary name in the same directory.
@@ -70,10 +73,18 @@ pub fn edit_boot(boot: &Path, base: &[(PathBuf, BlsEntry)], p: &BootEdit) -> Res
         &boot.join(GRUB_DIR).join("console.cfg"),
         grubcfg::console_cfg(p.grub_commands).as_bytes(),
     )?;
-    replace(
-        &boot.join(GRUB_DIR).join("grub.cfg"),
-        grubcfg::boot_grub_cfg(&out).as_bytes(),
-    )?;
+    let cfg = boot.join(GRUB_DIR).join("grub.cfg");
+    match p.static_grub {
+        Some(g) => {
+            replace(&cfg, g.grub_cfg(&out).as_bytes())?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                &cfg,
+                std::fs::Permissions::from_mode(super::bootupd::GRUB_FILE_MODE),
+            )?;
+        }
+        None => replace(&cfg, grubcfg::boot_grub_cfg(&out).as_bytes())?,
+    }
     Ok(out)
 }
 

@@ -153,6 +153,15 @@ fn menuentry(e: &BlsEntry) -> String {
     s
 }
 
+/// Explicit `menuentry`s for the BLS entries (a GRUB without `blscfg`).
+pub fn menuentries(entries: &[BlsEntry]) -> String {
+    if entries.is_empty() {
+        return "  echo \"bootimage-gen: this GRUB has no blscfg and no boot entries were written\"\n"
+            .to_string();
+    }
+    entries.iter().map(menuentry).collect()
+}
+
 /// The GRUB config at `/grub2/grub.cfg` on the boot filesystem.
 ///
 /// Both bootloaders arrive here with `$root` = the boot filesystem and

@@ -6,7 +6,7 @@
 //! `backend::vm`). Everything else (fetching, importing, encoding,
 //! compressing, describing) stays on the host and needs no privileges.
 use super::{
-    bios, deploy, derive, esp, gpt, grubcfg,
+    bios, bootupd, deploy, derive, esp, gpt, grubcfg,
     layout::{Layout, DISK_GUID, PARTITIONS},
     mkfs,
 };
@@ -55,6 +55,17 @@ pub struct DiskJob {
     pub boots: Vec<BootSetting>,
     /// The live files to make from the deployment, when live is planned.
     pub live: Option<LiveJob>,
+    /// Write bootupd's state (and its static GRUB configs, when the OS ships
+    /// them), when the OS ships bootupd metadata.
+    #[serde(default)]
+    pub bootupd: Option<BootupdJob>,
+}
+
+/// bootupd's part of the job (see [`bootupd`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BootupdJob {
+    /// The OS's time stamp, for `static-configs`.
+    pub timestamp: i64,
 }
 
 /// What the live files need besides the deployment.
@@ -68,6 +79,9 @@ pub struct LiveJob {
     pub title: String,
     /// mksquashfs threads (0: all cores).
     pub threads: usize,
+    /// The EROFS options, when the OS asks for an EROFS rootfs (else squashfs).
+    #[serde(default)]
+    pub erofs: Option<live::erofs::Options>,
 }
 
 /// The live files made while the deployment is mounted (in the work dir).
@@ -126,6 +140,10 @@ pub struct DiskOutput {
     pub boots: BTreeMap<String, PathBuf>,
     /// The live files, when asked for.
     pub live: Option<LiveStage>,
+    /// bootupd's static GRUB configs of the OS (they make each platform's
+    /// grub.cfg), when it ships them and bootupd is installed.
+    #[serde(default)]
+    pub static_grub: Option<bootupd::StaticGrub>,
 }
 
 impl DiskJob {
@@ -197,10 +215,16 @@ impl DiskJob {
         // Bootloaders, from the OS tree.
         let efi_src = tree.join(OS_EFI_DIR);
         let vendor = esp::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
-        let stub = vec![(
-            format!("EFI/{vendor}/grub.cfg"),
-            grubcfg::efi_stub_cfg().into_bytes(),
-        )];
+        let static_grub = match &self.bootupd {
+            Some(_) => bootupd::StaticGrub::read(&tree)?,
+            None => None,
+        };
+        // bootupd copies grub-static-efi.cfg next to the vendor GRUB.
+        let stub_cfg = match &static_grub {
+            Some(g) => g.efi.clone(),
+            None => grubcfg::efi_stub_cfg().into_bytes(),
+        };
+        let stub = vec![(format!("EFI/{vendor}/grub.cfg"), stub_cfg)];
         let esp_p = layout.part("EFI-SYSTEM").clone();
         esp::build_esp(
             &file,
@@ -232,6 +256,9 @@ impl DiskJob {
             bios::install_bios(&file, &layout, &grub, &self.work)?;
             bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
         }
+        if let Some(bj) = &self.bootupd {
+            self.write_bootupd(bj, &tree, &efi_src, &boot, static_grub.is_some())?;
+        }
         let live = match &self.live {
             Some(l) => Some(self.live_stage(l, r, root_m.path(), &tree, &efi_src, &vendor)?),
             None => None,
@@ -251,7 +278,63 @@ impl DiskJob {
             esp4k,
             boots: BTreeMap::new(),
             live,
+            static_grub,
         })
+    }
+
+    /// `/boot/bootupd-state.json` (and, with static configs, `grubenv`) as
+    /// `bootupctl backend install [--with-static-configs]` writes them: EFI
+    /// always (the ESP holds the OS's EFI tree), BIOS when its boot code
+    /// was installed. The metadata was checked before the build.
+    fn write_bootupd(
+        &self,
+        bj: &BootupdJob,
+        tree: &Path,
+        efi_src: &Path,
+        boot: &Path,
+        static_configs: bool,
+    ) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let read = |rel: &str| -> Result<Option<serde_json::Value>> {
+            let p = tree.join(rel);
+            match std::fs::read(&p) {
+                Ok(raw) => Ok(Some(bootupd::parse_metadata(&raw, &format!("/{rel}"))?)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+            }
+        };
+        let efi = read(bootupd::EFI_JSON)?;
+        let bios = if self.bios {
+            read(bootupd::BIOS_JSON)?
+        } else {
+            None
+        };
+        let efi = match &efi {
+            Some(m) => Some((m, bootupd::filetree(efi_src)?)),
+            None => None,
+        };
+        let state = bootupd::state_json(&bootupd::State {
+            efi,
+            bios: bios.as_ref(),
+            static_configs: static_configs.then(|| bootupd::static_configs_meta(bj.timestamp)),
+        });
+        let p = boot.join(bootupd::STATE_FILE);
+        std::fs::write(&p, state).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))?;
+        if static_configs {
+            let dir = boot.join(derive::GRUB_DIR);
+            std::fs::create_dir_all(&dir)?;
+            let env = dir.join("grubenv");
+            if !env.exists() {
+                std::fs::write(&env, bootupd::grubenv())
+                    .with_context(|| format!("writing {}", env.display()))?;
+                std::fs::set_permissions(
+                    &env,
+                    std::fs::Permissions::from_mode(bootupd::GRUB_FILE_MODE),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Kernel, initramfs, menus, efiboot.img and rootfs of the live
@@ -341,14 +424,28 @@ impl DiskJob {
 
         let step = r.step("live-rootfs");
         let threads = crate::util::threads(lj.threads);
-        let sq = dir.join(live::ROOT_SQUASHFS);
-        cancel::pause_point("squashfs")?;
-        live::make_squashfs(root, &sq, lj.timestamp, threads)?;
         let rootfs = dir.join("rootfs.img");
-        live::write_rootfs_img(&sq, &rootfs, mtime)?;
-        std::fs::remove_file(&sq).ok();
+        let started = std::time::Instant::now();
+        let (img, what) = match &lj.erofs {
+            Some(o) => {
+                let img = dir.join(live::erofs::ROOT_EROFS);
+                cancel::pause_point("erofs")?;
+                live::erofs::make_erofs(root, &img, o)?;
+                (img, format!("erofs ({})", o.used()))
+            }
+            None => {
+                let img = dir.join(live::ROOT_SQUASHFS);
+                cancel::pause_point("squashfs")?;
+                live::make_squashfs(root, &img, lj.timestamp, threads)?;
+                (img, format!("squashfs (zstd, {threads} threads)"))
+            }
+        };
+        let secs = started.elapsed().as_secs_f64();
+        let img_mib = std::fs::metadata(&img)?.len() as f64 / (1u64 << 20) as f64;
+        live::write_rootfs_img(&img, &rootfs, mtime)?;
+        std::fs::remove_file(&img).ok();
         step.done(&format!(
-            "squashfs (zstd, {threads} threads) of the deployed tree in a cpio ({} MiB)",
+            "{what} of the deployed tree in a cpio ({} MiB; image {img_mib:.1} MiB made in {secs:.1} s)",
             mib(&rootfs)?
         ));
         Ok(LiveStage {
@@ -386,6 +483,7 @@ impl DiskJob {
                 platform_id: &b.platform_id,
                 kargs: &b.kargs,
                 grub_commands: &b.grub_commands,
+                static_grub: base.static_grub.as_ref(),
             },
         )?;
         m.close()?;
