@@ -470,7 +470,8 @@ mount --bind "$dep/usr/lib/bootupd" "$R/usr/lib/bootupd"
 cp "$bin" "$R/usr/bin/bootupd"; ln -s bootupd "$R/usr/bin/bootupctl"
 for l in $(ldd "$bin" | grep -o '/[^ ]*'); do mkdir -p "$R$(dirname "$l")"; cp -L "$l" "$R$l"; done
 mount -t proc proc "$R/proc"
-env -i INVOCATION_ID=bootimage-gen-test PATH=/usr/bin chroot "$R" /usr/bin/bootupctl "$@"
+c=$(command -v chroot)
+env -i INVOCATION_ID=bootimage-gen-test PATH=/usr/bin "$c" "$R" /usr/bin/bootupctl "$@"
 "#;
     let mut c = Command::new("unshare");
     c.args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
