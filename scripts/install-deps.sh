@@ -22,7 +22,7 @@ RUNTIME_PKGS=(
   gdisk fdisk dosfstools mtools xfsprogs e2fsprogs util-linux mount
   grub-pc-bin grub-efi-amd64-bin grub-common
   # live ISO / PXE
-  xorriso isolinux syslinux-common squashfs-tools cpio
+  xorriso isolinux syslinux-common squashfs-tools erofs-utils cpio
   # kvm and nokvm backends: the VM, its appliance and the kernel it boots
   qemu-system-x86 qemu-utils supermin linux-image-amd64 kmod
 )
