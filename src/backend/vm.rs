@@ -45,6 +45,7 @@ const TOOL_PACKAGES: &[&str] = &[
     "ostree",
     "grub-common",
     "squashfs-tools",
+    "erofs-utils",
     "cpio",
 ];
 /// Kernel modules the job needs beyond what supermin's init loads.
