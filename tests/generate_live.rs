@@ -294,7 +294,15 @@ fn pxe_kernel_and_initramfs_are_the_os_ones() {
     let initrd = read(&artifact("live-initramfs"));
     let os = os_file(&format!("{}/initramfs.img", kdir()));
     assert_eq!(&initrd[..os.len()], &os[..], "starts with the OS initramfs");
-    let at = os.len();
+    // NUL padding to 4 bytes between and after the archives, so that an
+    // uncompressed cpio appended by a loader (rootfs.img) is aligned.
+    let at = os.len().next_multiple_of(4);
+    assert!(initrd[os.len()..at].iter().all(|&b| b == 0));
+    assert_eq!(
+        initrd.len() % 4,
+        0,
+        "live initramfs ends on a 4-byte boundary"
+    );
     assert_eq!(&initrd[at..at + 2], &[0x1f, 0x8b], "gzip addon at {at}");
     // The addon, read by gzip and GNU cpio.
     let d = tempfile::tempdir().unwrap();

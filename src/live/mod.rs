@@ -168,12 +168,23 @@ pub fn live_initramfs_addon(version: &str, mtime: u32) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-/// The live initramfs: the OS's one, then the addon. No padding: the
-/// kernel finds a compressed archive at any offset, and coreos-installer
-/// takes bytes after a compressed archive for another archive.
+/// Alignment of each archive in a concatenated initramfs: the kernel only
+/// recognises an uncompressed newc header at a 4-byte boundary of the whole
+/// (`init/initramfs.c`), and skips NUL bytes between archives.
+pub const INITRD_ALIGN: usize = 4;
+
+/// The live initramfs: the OS's one, then the addon, each padded with NULs
+/// to a 4-byte boundary. A compressed archive is found at any offset, but
+/// what follows the file may be an uncompressed cpio: PXE appends
+/// rootfs.img (`initrd=initramfs,rootfs`), and loaders that concatenate
+/// initrds without aligning them (the kernel's EFI stub reading `initrd=`
+/// from the command line) would put its header off the boundary.
 pub fn live_initramfs(os_initrd: &[u8], addon: &[u8]) -> Vec<u8> {
+    let pad = |v: &mut Vec<u8>| v.resize(v.len().next_multiple_of(INITRD_ALIGN), 0);
     let mut v = os_initrd.to_vec();
+    pad(&mut v);
     v.extend_from_slice(addon);
+    pad(&mut v);
     v
 }
 
@@ -606,9 +617,13 @@ mod tests {
                 FEATURES_IN_INITRAMFS
             ]
         );
+        // Each part starts and the whole ends on a 4-byte boundary, NUL-padded.
         let joined = live_initramfs(b"abcde", &a);
-        assert_eq!(&joined[..5], b"abcde");
-        assert_eq!(&joined[5..], &a[..]);
+        assert_eq!(&joined[..8], b"abcde\0\0\0");
+        assert_eq!(&joined[8..8 + a.len()], &a[..]);
+        assert_eq!(joined.len() % INITRD_ALIGN, 0);
+        assert!(joined[8 + a.len()..].iter().all(|&b| b == 0));
+        assert_eq!(live_initramfs(b"abcd", b"wxyz"), b"abcdwxyz");
         assert_eq!(a, live_initramfs_addon("1.2.3", 0).unwrap(), "reproducible");
     }
 
