@@ -89,35 +89,19 @@ fn check_metal(disk: &Path) {
 fn plain_layout(dir: &Path) {
     use sha2::Digest as _;
     use std::io::Read;
-    let src = fixture_dir().join("oci");
-    let blob = |d: &str| {
-        src.join("blobs/sha256")
-            .join(d.trim_start_matches("sha256:"))
-    };
-    let index: Value =
-        serde_json::from_slice(&std::fs::read(src.join("index.json")).unwrap()).unwrap();
-    let desc = index["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["annotations"]["org.opencontainers.image.ref.name"] == "release")
-        .unwrap()
-        .clone();
-    let mut m: Value =
-        serde_json::from_slice(&std::fs::read(blob(desc["digest"].as_str().unwrap())).unwrap())
-            .unwrap();
+    let mut m = fixture_manifest("release");
     std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
     let put = |data: &[u8]| -> (String, usize) {
         let d = format!("sha256:{}", hex::encode(sha2::Sha256::digest(data)));
         std::fs::write(dir.join("blobs/sha256").join(&d[7..]), data).unwrap();
         (d, data.len())
     };
-    let cfg = std::fs::read(blob(m["config"]["digest"].as_str().unwrap())).unwrap();
+    let cfg = std::fs::read(fixture_blob(m["config"]["digest"].as_str().unwrap())).unwrap();
     put(&cfg);
     for l in m["layers"].as_array_mut().unwrap() {
         let mut tar = Vec::new();
         flate2::read::GzDecoder::new(
-            std::fs::File::open(blob(l["digest"].as_str().unwrap())).unwrap(),
+            std::fs::File::open(fixture_blob(l["digest"].as_str().unwrap())).unwrap(),
         )
         .read_to_end(&mut tar)
         .unwrap();

@@ -890,29 +890,12 @@ fn all_follows_the_release_stream() {
 /// tar, flate2 and serde_yaml straight from the OCI layout.
 fn fixture_stream() -> serde_json::Value {
     use std::io::Read;
-    let layout = fixture_dir().join("oci");
-    let blob = |d: &str| {
-        layout
-            .join("blobs/sha256")
-            .join(d.trim_start_matches("sha256:"))
-    };
-    let index: Value =
-        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
-    let desc = index["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["annotations"]["org.opencontainers.image.ref.name"] == "release")
-        .unwrap()
-        .clone();
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(blob(desc["digest"].as_str().unwrap())).unwrap())
-            .unwrap();
+    let manifest = fixture_manifest("release");
     let last = manifest["layers"].as_array().unwrap().last().unwrap()["digest"]
         .as_str()
         .unwrap()
         .to_string();
-    let gz = flate2::read::GzDecoder::new(std::fs::File::open(blob(&last)).unwrap());
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(fixture_blob(&last)).unwrap());
     let mut ar = tar::Archive::new(gz);
     for e in ar.entries().unwrap() {
         let mut e = e.unwrap();

@@ -106,6 +106,28 @@ pub fn fixture_dir() -> &'static Path {
     &fixture().0
 }
 
+/// A blob of the fixture's OCI layout, by digest.
+pub fn fixture_blob(digest: &str) -> PathBuf {
+    fixture_dir()
+        .join("oci/blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"))
+}
+
+/// The manifest the fixture's OCI layout holds under `tag`, read from its
+/// index.json and blobs.
+pub fn fixture_manifest(tag: &str) -> Value {
+    let read = |p: &Path| -> Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    let index = read(&fixture_dir().join("oci/index.json"));
+    let desc = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap_or_else(|| panic!("no {tag} in the fixture layout"))
+        .clone();
+    read(&fixture_blob(desc["digest"].as_str().unwrap()))
+}
+
 pub fn oci(tag: &str) -> String {
     format!("oci:{}:{tag}", fixture_dir().join("oci").display())
 }
