@@ -2,12 +2,14 @@
 //! `live-rootfs-fstype: erofs` with rhel-coreos-config's options), bootupd's
 //! state and static GRUB configs on the disk, and `bootc-install-to-fs`.
 //! One `generate release-rhel10 live metal` run serves every check; each is
-//! made with tools we did not write: fsck.erofs, dump.erofs and the kernel's
+//! made with tools we did not write: fsck.erofs, dump.erofs, the pure-Rust
+//! reader erofs-rs and the kernel's
 //! EROFS driver (every file read back and compared with the metal disk's
 //! deployment), `coreos-installer iso extract pxe`, the real bootupd
 //! (`bootupctl status` from crates.io's bootupd, run in a chroot holding the
 //! disk's /boot and the OS's /usr/lib/bootupd), GRUB (SeaBIOS and OVMF
-//! boots) and qemu (the ISO and PXE boot with the EROFS root). Bad input:
+//! boots) and qemu (the ISO as CD under SeaBIOS and as USB under OVMF, and
+//! PXE, boot with the EROFS root). Bad input:
 //! no mkfs.erofs, an unknown algorithm, bootupd metadata that does not parse.
 mod common;
 use common::boot::{self, Firmware, Media, Mode};
@@ -209,19 +211,17 @@ fn erofs_options_replaced_and_recorded() {
 #[test]
 fn erofs_rootfs_checked_by_erofs_utils_and_read_back_by_the_kernel() {
     let rootfs = artifact("live-rootfs");
-    let data = std::fs::read(&rootfs).unwrap();
     // newc cpio: root.erofs first, image at 124, superblock magic 1024 later.
-    assert_eq!(&data[110..120], b"root.erofs");
-    assert_eq!(&data[124 + 1024..124 + 1028], &[0xe2, 0xe1, 0xf5, 0xe0]);
+    let erofs = root_erofs();
+    assert_eq!(&erofs[1024..1028], &[0xe2, 0xe1, 0xf5, 0xe0]);
     let list = must(
         Command::new("sh")
             .arg("-c")
             .arg(format!("cpio -it < {}", rootfs.display())),
     );
     assert_eq!(list.lines().next(), Some("root.erofs"), "{list}");
-    let size = usize::from_str_radix(std::str::from_utf8(&data[54..62]).unwrap(), 16).unwrap();
     let img = built().root.join("root.erofs");
-    std::fs::write(&img, &data[124..124 + size]).unwrap();
+    std::fs::write(&img, &erofs).unwrap();
     must(Command::new("fsck.erofs").arg(&img));
     let dump = must(Command::new("dump.erofs").arg("-s").arg(&img));
     assert!(dump.contains("0xE0F5E1E2"), "{dump}");
@@ -252,6 +252,93 @@ fn erofs_rootfs_checked_by_erofs_utils_and_read_back_by_the_kernel() {
         diff.is_empty(),
         "differ between the metal disk and the EROFS: {diff:?}"
     );
+    assert_eq!(live.len(), metal.len());
+}
+
+/// `root.erofs` cut out of the live rootfs.img (newc cpio: the image
+/// starts at byte 124, its size is the header's c_filesize).
+fn root_erofs() -> Vec<u8> {
+    let mut data = std::fs::read(artifact("live-rootfs")).unwrap();
+    assert_eq!(&data[110..120], b"root.erofs");
+    let size = usize::from_str_radix(std::str::from_utf8(&data[54..62]).unwrap(), 16).unwrap();
+    data.truncate(124 + size);
+    data.drain(..124);
+    data
+}
+
+#[test]
+fn erofs_rs_reads_every_file_back() {
+    // A pure-Rust EROFS reader (erofs-rs, crates.io) walks the image from
+    // its superblock: every directory, symlink and regular file of the
+    // deployment, with the same bytes as the metal disk's.
+    use erofs_rs::{backend::SliceImage, EroFS};
+    use std::io::Read;
+    let data = root_erofs();
+    let fs = EroFS::new(SliceImage::new(&data)).expect("erofs-rs opens root.erofs");
+    let mut all = BTreeMap::new();
+    let mut bytes = 0u64;
+    for e in fs.walk_dir("/").expect("walk /") {
+        let e = e.expect("directory entry");
+        let path = e.dir_entry.path().to_string_lossy().into_owned();
+        let path = path.trim_start_matches('/').to_string();
+        let v = if e.inode.is_dir() {
+            "dir".to_string()
+        } else if e.inode.is_symlink() {
+            let t = fs.read_link_inode(e.inode.clone()).expect("symlink target");
+            format!("-> {}", t.to_string_lossy())
+        } else if e.inode.is_file() {
+            let mut f = fs.open_inode_file(e.inode.clone()).expect("open file");
+            let mut buf = Vec::new();
+            f.read_to_end(&mut buf)
+                .unwrap_or_else(|err| panic!("erofs-rs reading {path}: {err}"));
+            assert_eq!(buf.len() as u64, e.inode.data_size(), "{path}");
+            bytes += buf.len() as u64;
+            bootimage_gen::util::sha256_hex(&buf)
+        } else {
+            continue;
+        };
+        all.insert(path, v);
+    }
+    // The deployment: ostree/deploy/<os>/deploy/<checksum>.<serial>.
+    let prefix = all
+        .keys()
+        .find(|k| {
+            let p: Vec<&str> = k.split('/').collect();
+            p.len() == 5
+                && p[0] == "ostree"
+                && p[1] == "deploy"
+                && p[3] == "deploy"
+                && all[*k] == "dir"
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no deployment in {:?}",
+                all.keys().take(20).collect::<Vec<_>>()
+            )
+        })
+        .clone();
+    let live: BTreeMap<String, String> = all
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix(&format!("{prefix}/"))
+                .map(|r| (r.to_string(), v.clone()))
+        })
+        .collect();
+    let (root, _boot) = metal_mounts("erofs-rs");
+    let metal = tree(&deployment(&root.0));
+    eprintln!(
+        "erofs-rs: {} entries in the image, {} in the deployment, {bytes} bytes of file data",
+        all.len(),
+        live.len()
+    );
+    assert!(live.len() > 100, "{} entries", live.len());
+    let diff: Vec<_> = metal
+        .iter()
+        .filter(|(k, v)| live.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}: metal {v}, erofs-rs {:?}", live.get(k)))
+        .take(10)
+        .collect();
+    assert!(diff.is_empty(), "differ: {diff:#?}");
     assert_eq!(live.len(), metal.len());
 }
 
@@ -300,10 +387,22 @@ fn check_live(r: &boot::BootResult, mode: Mode) {
 }
 
 #[test]
-fn iso_boots_with_the_erofs_root() {
+fn cdrom_bios_boots_with_the_erofs_root() {
     let r = boot::assert_boots(
         &[Media::Cdrom(artifact("live-iso"))],
         Firmware::Bios,
+        boot::default_timeout(),
+    );
+    check_live(&r, Mode::LiveIso);
+}
+
+#[test]
+fn usb_uefi_boots_with_the_erofs_root() {
+    // The other media and firmware: the hybrid ISO as a USB disk under OVMF
+    // (GRUB from the ESP image rather than isolinux from El Torito).
+    let r = boot::assert_boots(
+        &[Media::UsbDisk(artifact("live-iso"))],
+        Firmware::Uefi,
         boot::default_timeout(),
     );
     check_live(&r, Mode::LiveIso);
