@@ -256,8 +256,31 @@ fn main() -> Result<()> {
                 ),
                 &sq,
             );
+            // RHCOS 10's EROFS rootfs of the same tree: rhel-coreos-config's
+            // options (as the rhel10 test OS's image.yaml carries them),
+            // mapped onto this host's mkfs.erofs exactly as `generate` does.
+            let er = t.join("rootfs.erofs");
+            let r2 = erofs_options().and_then(|(requested, o)| {
+                notes.push(format!(
+                    "mkfs.erofs RHCOS 10: `{requested}` run as `mkfs.erofs {}`{}",
+                    o.used(),
+                    o.replaced
+                        .iter()
+                        .map(|r| format!("; {}", r.line()))
+                        .collect::<String>()
+                ));
+                tool_run(
+                    "mkfs.erofs RHCOS 10",
+                    format!("mkfs.erofs {} {} {}", o.used(), q(&er), q(&mnt)),
+                    &er,
+                )
+            });
+            std::fs::remove_file(&er).ok();
             sh(&format!("umount {}", q(&mnt))).ok();
             r1?;
+            if let Err(e) = r2 {
+                notes.push(format!("mkfs.erofs skipped: {e:#}"));
+            }
             tool_run(
                 "xorriso",
                 format!(
@@ -465,6 +488,22 @@ fn main() -> Result<()> {
     writeln!(f, "{record}")?;
     eprintln!("bench: appended to {}", results.display());
     Ok(())
+}
+
+/// RHCOS 10's `live-rootfs-fsoptions` (the rhel10 test OS's image.yaml,
+/// from rhel-coreos-config) mapped onto this host's mkfs.erofs.
+fn erofs_options() -> Result<(String, bootimage_gen::live::erofs::Options)> {
+    use bootimage_gen::live::erofs;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/os/config/image-rhel10.yaml");
+    let y: serde_yaml::Value = serde_yaml::from_slice(&std::fs::read(&path)?)
+        .with_context(|| format!("parsing {}", path.display()))?;
+    let requested = y["live-rootfs-fsoptions"]
+        .as_str()
+        .with_context(|| format!("{}: no live-rootfs-fsoptions", path.display()))?
+        .to_string();
+    let host = erofs::Host::probe()?;
+    let o = erofs::map_options(&requested, &host, 0, &erofs::uuid_from("bench"))?;
+    Ok((requested, o))
 }
 
 /// The standard tools that do a stage's job, by the file it published.
