@@ -28,7 +28,7 @@ RUNTIME_PKGS=(
 )
 # What compiling it needs.
 BUILD_PKGS=(
-  pkg-config libglib2.0-dev libzstd-dev libssl-dev libostree-dev
+  gcc libc6-dev pkg-config libglib2.0-dev libzstd-dev libssl-dev libostree-dev
 )
 # What the tests and the test OS need.
 TEST_PKGS=(
@@ -57,7 +57,7 @@ case "$mode" in
     # Debian 12's own Rust (bookworm's rustc-web is recent enough) when no
     # cargo is installed (rustup's is used when present).
     export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-    command -v cargo >/dev/null 2>&1 || PKGS+=(rustc-web cargo-web gcc libc6-dev)
+    command -v cargo >/dev/null 2>&1 || PKGS+=(rustc-web cargo-web)
     ;;
 esac
 

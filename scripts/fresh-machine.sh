@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# `make demo` on a fresh machine of the kind the README targets (Debian 12,
+# root, package registries only, package lists possibly stale), simulated in
+# a container so it can be repeated:
+#
+# - a pristine Debian 12 rootfs: mmdebstrap minbase plus make and git
+#   (cached as .cache/fresh-machine/rootfs-<hash>.tar, keyed by its inputs);
+# - its package lists made stale before anything runs: every version they
+#   name gets a suffix the mirror does not have, every file name points
+#   nowhere and the Release files are gone, so nothing can be installed from
+#   them without `apt-get update` first;
+# - the repository cloned clean (HEAD, no untracked files) into it;
+# - this machine's Rust toolchain (rustup's ~/.rustup, read-only, and the
+#   cargo/rustc proxies), as a fresh machine has it, with a CARGO_HOME of
+#   its own so nothing cargo installs on the host is seen (coreos-installer
+#   is built as install-deps builds it on a fresh machine); crates.io
+#   downloads are shared with the host's ~/.cargo/registry;
+# - then `make demo`, as root, with no other step. Its exit status is ours.
+#
+#   scripts/fresh-machine.sh [--warm TARGET_DIR] [--keep]
+#
+# --warm TARGET_DIR  start from a copy-on-write view of an existing target/
+#                    (an overlay: TARGET_DIR is never written), so the crates
+#                    are not compiled again; without it, everything compiles.
+# --keep             keep the work dir (its path is printed) for inspection.
+#
+# Runs podman --privileged (make demo builds disks with loop devices). The
+# host's quirks (README, Troubleshooting): runc, lower rlimits.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+warm=
+keep=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --warm) warm=$(cd "$2" && pwd); shift 2 ;;
+    --keep) keep=1; shift ;;
+    *) echo "usage: $0 [--warm TARGET_DIR] [--keep]" >&2; exit 2 ;;
+  esac
+done
+say() { echo "fresh-machine: $*" >&2; }
+for tool in podman mmdebstrap git; do
+  command -v "$tool" >/dev/null || { say "$tool is not installed (run scripts/install-deps.sh)"; exit 1; }
+done
+RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
+HOST_CARGO=${CARGO_HOME:-$HOME/.cargo}
+[ -d "$RUSTUP_HOME/toolchains" ] || { say "no rustup toolchain in $RUSTUP_HOME: this check mounts the machine's own"; exit 1; }
+
+MIRROR=${BOOTIMAGE_GEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SECURITY=${MIRROR%/debian}/debian-security
+CACHE=$top/.cache/fresh-machine
+mkdir -p "$CACHE/apt-archives/partial"
+MM_ARGS=(--variant=minbase --include=ca-certificates,make,git --format=tar bookworm)
+MM_SOURCES=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main")
+key=$(printf '%s\n' "${MM_ARGS[@]}" "${MM_SOURCES[@]}" | sha256sum | cut -c1-16)
+image=localhost/bootimage-gen-fresh:$key
+if ! podman image exists "$image"; then
+  tar=$CACHE/rootfs-$key.tar
+  if [ ! -s "$tar" ]; then
+    say "mmdebstrap ${MM_ARGS[*]} -> $tar"
+    mmdebstrap -q "${MM_ARGS[@]}" "$tar.tmp" "${MM_SOURCES[@]}" >&2
+    mv "$tar.tmp" "$tar"
+    find "$CACHE" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-$key.tar" -delete
+  fi
+  podman import -q "$tar" "$image" >/dev/null
+fi
+
+work=$(mktemp -d /var/tmp/bootimage-gen-fresh.XXXXXX)
+name=bootimage-gen-fresh-$$
+cleanup() {
+  podman rm -f "$name" >/dev/null 2>&1 || true
+  if mountpoint -q "$work/src/target" 2>/dev/null; then umount "$work/src/target" || umount -l "$work/src/target"; fi
+  if [ -n "$keep" ]; then say "kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+git clone -q "$top" "$work/src"
+say "clean clone of $(git -C "$work/src" rev-parse --short HEAD) in $work/src"
+if [ -n "$warm" ]; then
+  mkdir -p "$work/upper" "$work/ovl" "$work/src/target"
+  mount -t overlay overlay -o "lowerdir=$warm,upperdir=$work/upper,workdir=$work/ovl" "$work/src/target"
+  say "target/: copy-on-write over $warm"
+fi
+# A CARGO_HOME of the fresh machine's own: rustup's proxies only.
+mkdir -p "$work/cargo/bin" "$work/cargo/registry"
+for p in cargo rustc rustup rustdoc; do
+  [ -e "$HOST_CARGO/bin/$p" ] && cp -L "$HOST_CARGO/bin/$p" "$work/cargo/bin/"
+done
+
+# Inside: make the lists stale, show it, then exactly the README's command.
+cat > "$work/run.sh" <<'EOF'
+set -euo pipefail
+shopt -s nullglob
+lists=(/var/lib/apt/lists/*_Packages)
+[ ${#lists[@]} -gt 0 ] || { echo "fresh-machine: the rootfs has no package lists" >&2; exit 1; }
+sed -i -e 's/^Version: .*/&~stale1/' -e 's|^Filename: .*|&.gone|' "${lists[@]}"
+rm -f /var/lib/apt/lists/*Release /var/lib/apt/lists/*Release.gpg /var/lib/apt/lists/*InRelease
+echo "fresh-machine: stale lists: qemu-utils $(apt-cache policy qemu-utils | awk '/Candidate:/ {print $2}')"
+cd /src
+time make demo
+EOF
+say "podman run $image: make demo"
+podman run --name "$name" --rm --privileged --runtime runc \
+  --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --network host \
+  -v "$work/src:/src" -v "$work/run.sh:/run.sh:ro" \
+  -v "$RUSTUP_HOME:/root/.rustup:ro" -v "$work/cargo:/root/.cargo" \
+  -v "$HOST_CARGO/registry:/root/.cargo/registry" \
+  -v "$CACHE/apt-archives:/var/cache/apt/archives" \
+  -e PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root \
+  "$image" bash /run.sh
