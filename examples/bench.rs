@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- RELEASE_REF [--work DIR] [--results FILE] [--no-single]
+//!     [--platforms "P1 P2 ..."]   (default: all; `make bench BENCH_PLATFORMS=...`)
 //! ```
 //!
 //! Every figure is measured in this run: stage boundaries are the tool's
@@ -63,11 +64,13 @@ fn main() -> Result<()> {
     let mut work = top.join("bench/work");
     let mut results = top.join("bench/results.jsonl");
     let mut single = true;
+    let mut platforms = "all".to_string();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--work" => work = PathBuf::from(args.next().context("--work DIR")?),
             "--results" => results = PathBuf::from(args.next().context("--results FILE")?),
             "--no-single" => single = false,
+            "--platforms" => platforms = args.next().context("--platforms \"P1 P2 ...\"")?,
             s if !s.starts_with('-') => release = Some(s.to_string()),
             s => bail!("unknown option {s}"),
         }
@@ -103,9 +106,9 @@ fn main() -> Result<()> {
     let live = lists_live(&tool)?;
 
     // 1. Our run: everything, from a cold cache.
-    eprintln!("bench: generate {release} all");
+    eprintln!("bench: generate {release} {platforms}");
     let out_all = work.join("out-all");
-    let (all_run, stages) = generate(&tool, &release, "all", &work.join("cache-all"), &out_all)?;
+    let (all_run, stages) = generate(&tool, &release, &platforms, &work.join("cache-all"), &out_all)?;
     let cache_bytes = du(&work.join("cache-all"))?;
     std::fs::remove_dir_all(work.join("cache-all")).ok();
 
@@ -462,6 +465,7 @@ fn main() -> Result<()> {
         "time": chrono::Utc::now().to_rfc3339(),
         "git": git_head(),
         "release": release,
+        "platforms": platforms,
         "cores": cores,
         "loadavg_before": load_before.trim(),
         // the large fixture's payload knob (fixtures/large-payload.sh)
@@ -557,7 +561,9 @@ fn generate(
     out: &Path,
 ) -> Result<(Run, Vec<Stage>)> {
     let mut cmd = Command::new(tool);
-    cmd.args(["generate", release, platforms, "--progress", "json", "-o"])
+    cmd.args(["generate", release])
+        .args(platforms.split([' ', ',']).filter(|p| !p.is_empty()))
+        .args(["--progress", "json", "-o"])
         .arg(out)
         .arg("--cache-dir")
         .arg(cache)

@@ -15,6 +15,7 @@
 #   its own so nothing cargo installs on the host is seen (coreos-installer
 #   is built as install-deps builds it on a fresh machine); crates.io
 #   downloads are shared with the host's ~/.cargo/registry;
+# - the host's CA bundle, as the machine's own trust store;
 # - then `make demo`, as root, with no other step. Its exit status is ours.
 #
 #   scripts/fresh-machine.sh [--warm TARGET_DIR] [--keep]
@@ -49,7 +50,8 @@ MIRROR=${BOOTIMAGE_GEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY=${MIRROR%/debian}/debian-security
 CACHE=$top/.cache/fresh-machine
 mkdir -p "$CACHE/apt-archives/partial"
-MM_ARGS=(--variant=minbase --include=ca-certificates,make,git --format=tar bookworm)
+# Its package lists are kept (mmdebstrap removes them by default), to be made stale.
+MM_ARGS=(--variant=minbase --include=ca-certificates,make,git --skip=cleanup/apt/lists --format=tar bookworm)
 MM_SOURCES=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main")
 key=$(printf '%s\n' "${MM_ARGS[@]}" "${MM_SOURCES[@]}" | sha256sum | cut -c1-16)
 image=localhost/bootimage-gen-fresh:$key
@@ -62,6 +64,10 @@ if ! podman image exists "$image"; then
     find "$CACHE" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-$key.tar" -delete
   fi
   podman import -q "$tar" "$image" >/dev/null
+  # Older rootfs images are of no more use.
+  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' localhost/bootimage-gen-fresh); do
+    [ "$old" = "$image" ] || podman rmi "$old" >/dev/null 2>&1 || true
+  done
 fi
 
 work=$(mktemp -d /var/tmp/bootimage-gen-fresh.XXXXXX)
@@ -94,6 +100,9 @@ set -euo pipefail
 shopt -s nullglob
 lists=(/var/lib/apt/lists/*_Packages)
 [ ${#lists[@]} -gt 0 ] || { echo "fresh-machine: the rootfs has no package lists" >&2; exit 1; }
+# The machine trusts what this host trusts (a site proxy's CA for crates.io
+# and PyPI, if any), as a machine of this kind does out of the box.
+[ ! -s /run/host-ca.crt ] || cat /run/host-ca.crt > /etc/ssl/certs/ca-certificates.crt
 sed -i -e 's/^Version: .*/&~stale1/' -e 's|^Filename: .*|&.gone|' "${lists[@]}"
 rm -f /var/lib/apt/lists/*Release /var/lib/apt/lists/*Release.gpg /var/lib/apt/lists/*InRelease
 echo "fresh-machine: stale lists: qemu-utils $(apt-cache policy qemu-utils | awk '/Candidate:/ {print $2}')"
@@ -107,6 +116,7 @@ podman run --name "$name" --rm --privileged --runtime runc \
   -v "$RUSTUP_HOME:/root/.rustup:ro" -v "$work/cargo:/root/.cargo" \
   -v "$HOST_CARGO/registry:/root/.cargo/registry" \
   -v "$CACHE/apt-archives:/var/cache/apt/archives" \
+  -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro \
   -e PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root \
   "$image" bash /run.sh

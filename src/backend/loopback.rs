@@ -114,8 +114,11 @@ pub struct Mount {
 
 impl Mount {
     pub fn new(dev: &Path, target: &Path, fstype: &str, options: &str) -> Result<Self> {
-        std::fs::create_dir_all(target)
-            .with_context(|| format!("creating mount point {}", target.display()))?;
+        // An existing target may be a file (a bind mount of a file).
+        if !target.exists() {
+            std::fs::create_dir_all(target)
+                .with_context(|| format!("creating mount point {}", target.display()))?;
+        }
         let mut c = cmd::new("mount", ["-t", fstype, "-o", options]);
         c.arg(dev).arg(target);
         cmd::run(&mut c)

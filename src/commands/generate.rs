@@ -162,10 +162,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let base = Base::open(out, job.disk.metal_size)?;
     let mut m = new_meta;
-    for art in &plan.artifacts {
+    // Live last: its rootfs holds the osmet files of the metal images.
+    let (live_arts, disk_arts): (Vec<&PlanArtifact>, Vec<&PlanArtifact>) =
+        plan.artifacts.iter().partition(|x| x.live.is_some());
+    for art in disk_arts.into_iter().chain(live_arts) {
         cancel::check()?;
         if art.live.is_some() {
-            for (key, entry) in b.live_artifacts(&base, art)? {
+            for (key, entry) in b.live_artifacts(&base, art, &m.images)? {
                 m.images.insert(key, entry);
             }
             if let Some(o) = &b.erofs {
@@ -734,6 +737,8 @@ pub struct Base {
     boots: std::collections::BTreeMap<String, PathBuf>,
     /// Live files made from the mounted deployment, when live is planned.
     live: Option<LiveStage>,
+    /// The ostree objects' extents on the base disk (for osmet), with live.
+    extent_map: Option<PathBuf>,
 }
 
 impl Base {
@@ -747,6 +752,7 @@ impl Base {
             esp4k: out.esp4k,
             boots: out.boots,
             live: out.live,
+            extent_map: out.extent_map,
         })
     }
 }
@@ -856,10 +862,19 @@ impl Builder<'_> {
     }
 
     /// The live ISO and the PXE files, published together.
-    fn live_artifacts(&self, base: &Base, art: &PlanArtifact) -> Result<Vec<(String, ImageEntry)>> {
+    fn live_artifacts(
+        &self,
+        base: &Base,
+        art: &PlanArtifact,
+        done_images: &std::collections::BTreeMap<String, ImageEntry>,
+    ) -> Result<Vec<(String, ImageEntry)>> {
         let l = art.live.as_ref().context("live plan")?;
         let st = base.live.as_ref().context("live files staged")?;
         let sys = self.syslinux.as_ref().context("syslinux checked")?;
+        for n in &st.notes {
+            self.r.note(n);
+        }
+        self.live_rootfs_and_initramfs(base, st, done_images)?;
         let temp = |name: &str| {
             tempfile::Builder::new()
                 .prefix(&format!(".{name}."))
@@ -883,8 +898,37 @@ impl Builder<'_> {
                 menus: &st.menus,
                 syslinux: sys,
                 mtime: self.os.timestamp,
+                features: &st.features,
             },
         )?;
+        let full_mib = std::fs::metadata(iso_tmp.path())?.len() >> 20;
+        let minimal = st.dir.join("minimal.iso");
+        let ms = live::iso::add_minimal_iso(
+            &stage,
+            iso_tmp.path(),
+            &minimal,
+            &live::iso::IsoInput {
+                volid: &l.volume_id,
+                kernel: &st.kernel,
+                initramfs: &st.initramfs,
+                rootfs: &st.rootfs,
+                efiboot: &st.efiboot,
+                menus: &st.menus,
+                syslinux: sys,
+                mtime: self.os.timestamp,
+                features: &st.features,
+            },
+            &format!("bootimage-gen {}", env!("CARGO_PKG_VERSION")),
+        )?;
+        let minimal_mib = std::fs::metadata(&minimal)?.len() as f64 / (1u64 << 20) as f64;
+        std::fs::remove_file(&minimal).ok();
+        self.r.note(&format!(
+            "live: minimal ISO (no rootfs.img; `coreos-installer iso extract minimal-iso` rebuilds it) {minimal_mib:.1} MiB against {full_mib} MiB; coreos/miniso.dat holds {} bytes ({} ranges matched, {} KiB of {} KiB packed)",
+            ms.data_size,
+            ms.entries,
+            ms.packed_xz >> 10,
+            ms.packed >> 10
+        ));
         std::fs::remove_dir_all(&stage).ok();
         let mut done = vec![(
             meta::IMAGE_KEY_LIVE_ISO.to_string(),
@@ -924,10 +968,133 @@ impl Builder<'_> {
         Ok(out)
     }
 
-    /// Derive, encode, compress and publish one artifact.
-    fn artifact(&self, base: &Base, art: &PlanArtifact) -> Result<ImageEntry> {
+    /// rootfs.img (the root image, the version stamp and an osmet file per
+    /// planned metal image) and the live initramfs (the OS's, then the live
+    /// files with the rootfs's stream hash), SPEC 5.1.
+    fn live_rootfs_and_initramfs(
+        &self,
+        base: &Base,
+        st: &LiveStage,
+        done_images: &std::collections::BTreeMap<String, ImageEntry>,
+    ) -> Result<()> {
+        use live::osmet;
+        let mtime = u32::try_from(self.os.timestamp.max(0)).unwrap_or(u32::MAX);
+        let map_path = base
+            .extent_map
+            .as_ref()
+            .context("extent map of the base disk")?;
+        let map: osmet::ExtentMap = serde_json::from_slice(
+            &std::fs::read(map_path).with_context(|| format!("reading {}", map_path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", map_path.display()))?;
+        let description = match osmet::description(&self.os.os_release) {
+            Some(d) => d,
+            None => {
+                self.r.note(&format!(
+                    "live: the OS's os-release has no PRETTY_NAME, which osbuild passes to `coreos-installer pack osmet --description`; the osmet files say {:?}, os-release(5)'s default",
+                    osmet::PRETTY_NAME_DEFAULT
+                ));
+                osmet::PRETTY_NAME_DEFAULT.to_string()
+            }
+        };
+        let app = format!("bootimage-gen {}", env!("CARGO_PKG_VERSION"));
+        let mut extras = Vec::new();
+        let metals: Vec<&PlanArtifact> = self
+            .plan
+            .artifacts
+            .iter()
+            .filter(|x| x.platform == "metal" || x.platform == "metal4k")
+            .collect();
+        if metals.is_empty() {
+            self.r.note("live: neither metal nor metal4k is built in this run, so rootfs.img carries no osmet file and `coreos-installer install` from the live system needs the network");
+        }
+        for art in metals {
+            let step = self.r.step(format!("osmet {}", art.platform));
+            let patches = self.disk_patches(base, art)?;
+            let base_view = FileView::open(&base.path)?;
+            let view = Composite::new(&base_view, art.disk_size.context("disk size")?, patches)?;
+            let layout = &base.layout;
+            let part = |name: &str| {
+                let p = layout.part(name);
+                (p.start, p.start + p.size)
+            };
+            let (bs, be) = part("boot");
+            let (rs, re) = part("root");
+            let parts = [
+                osmet::Partition {
+                    start: bs,
+                    end: be,
+                    mappings: &map.boot,
+                },
+                osmet::Partition {
+                    start: rs,
+                    end: re,
+                    mappings: &map.root,
+                },
+            ];
+            // cosa names it after the uncompressed image.
+            let raw = [".gz", ".xz", ".zst"]
+                .iter()
+                .find_map(|x| art.file.strip_suffix(x))
+                .unwrap_or(&art.file);
+            let name = format!("{raw}.osmet");
+            let out = st.dir.join(&name);
+            let expect = done_images.get(&art.meta_key).map(|e| {
+                e.uncompressed_sha256
+                    .clone()
+                    .unwrap_or_else(|| e.sha256.clone())
+            });
+            let s = osmet::pack(
+                &view,
+                &parts,
+                &self.cache_repo.join("objects"),
+                &osmet::Header {
+                    app_version: &app,
+                    sector_size: art.sector_size as u32,
+                    os_description: &description,
+                    os_architecture: &self.plan.release.arch,
+                },
+                expect.as_deref(),
+                crate::util::threads(self.threads) as u32,
+                &out,
+            )
+            .with_context(|| format!("packing the osmet file of {}", art.platform))?;
+            step.done(&format!(
+                "{name}: {:.1} MiB ({} MiB of {} MiB from {} ostree extents, {} MiB xz'd to {:.1} MiB) in {:.1} s",
+                s.file_size as f64 / (1u64 << 20) as f64,
+                s.mapped >> 20,
+                s.image_size >> 20,
+                s.mappings,
+                s.packed >> 20,
+                s.packed_xz as f64 / (1u64 << 20) as f64,
+                s.seconds
+            ));
+            extras.push((name, out));
+        }
+        let step = self.r.step("live-rootfs.img");
+        live::write_rootfs_img(&st.root_image, &self.os.version, &extras, &st.rootfs, mtime)?;
+        for (_, p) in &extras {
+            std::fs::remove_file(p).ok();
+        }
+        std::fs::remove_file(&st.root_image).ok();
+        let want = live::stream_hash(&st.rootfs)?;
+        step.done(&format!(
+            "{} MiB; stream hash {} chunks of 2 MiB",
+            std::fs::metadata(&st.rootfs)?.len() >> 20,
+            want.iter().filter(|&&b| b == b'\n').count() - 1
+        ));
+        let os_initrd = std::fs::read(&st.os_initramfs)
+            .with_context(|| format!("reading {}", st.os_initramfs.display()))?;
+        let addon = live::live_initramfs_addon(&self.os.version, &st.features, &want, mtime)?;
+        std::fs::write(&st.initramfs, live::live_initramfs(&os_initrd, &addon))
+            .with_context(|| format!("writing {}", st.initramfs.display()))?;
+        Ok(())
+    }
+
+    /// The patches over the base disk that make `art`'s disk: its
+    /// partition tables, its boot filesystem, the 4K ESP for 4K sectors.
+    fn disk_patches(&self, base: &Base, art: &PlanArtifact) -> Result<Vec<Patch>> {
         let d = self.plan.disk.as_ref().context("disk plan")?;
-        let step = self.r.step(art.platform.clone());
         let disk_size = art.disk_size.context("disk size")?;
         // The boot filesystem of this platform: derived once per distinct
         // boot setting (metal and metal4k share theirs) and kept for the run.
@@ -951,6 +1118,14 @@ impl Builder<'_> {
             let p = base.esp4k.as_ref().context("4K ESP")?;
             patches.push(Patch::from_file(p, esp_p.start, esp_p.size)?);
         }
+        Ok(patches)
+    }
+
+    /// Derive, encode, compress and publish one artifact.
+    fn artifact(&self, base: &Base, art: &PlanArtifact) -> Result<ImageEntry> {
+        let step = self.r.step(art.platform.clone());
+        let disk_size = art.disk_size.context("disk size")?;
+        let patches = self.disk_patches(base, art)?;
         let base_view = FileView::open(&base.path)?;
         let view = Composite::new(&base_view, disk_size, patches)?.shared(BASE_TAG);
         if let Some(dir) = self.raw_dir {

@@ -10,7 +10,7 @@ use super::{
     layout::{Layout, DISK_GUID, PARTITIONS},
     mkfs,
 };
-use crate::backend::loopback::{LoopDevice, Mounted};
+use crate::backend::loopback::{LoopDevice, Mount, Mounted};
 use crate::live;
 use crate::plan::{PlanArtifact, PlanDisk, PlanLive};
 use crate::util::{cancel, progress::Reporter};
@@ -85,6 +85,9 @@ pub struct LiveJob {
 }
 
 /// The live files made while the deployment is mounted (in the work dir).
+/// `initramfs` and `rootfs` are where the host writes them: the rootfs
+/// holds the osmet files of the metal images (made after this job) and the
+/// initramfs the rootfs's stream hash (SPEC 5.1).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LiveStage {
     pub dir: PathBuf,
@@ -93,6 +96,15 @@ pub struct LiveStage {
     pub rootfs: PathBuf,
     pub efiboot: PathBuf,
     pub menus: live::Rendered,
+    /// `root.squashfs` or `root.erofs`, the live root tree.
+    pub root_image: PathBuf,
+    /// A copy of the OS's initramfs (the live files are appended to it).
+    pub os_initramfs: PathBuf,
+    /// `coreos/features.json` (directives from the OS's example config).
+    pub features: Vec<u8>,
+    /// What was noted while making the live tree (shown by the host).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// What a platform changes on the boot filesystem.
@@ -144,6 +156,11 @@ pub struct DiskOutput {
     /// grub.cfg), when it ships them and bootupd is installed.
     #[serde(default)]
     pub static_grub: Option<bootupd::StaticGrub>,
+    /// Where the ostree objects of the base disk's root and boot
+    /// filesystems lie ([`live::osmet::ExtentMap`], JSON), when live is
+    /// planned: the osmet files are packed from it.
+    #[serde(default)]
+    pub extent_map: Option<PathBuf>,
 }
 
 impl DiskJob {
@@ -259,11 +276,51 @@ impl DiskJob {
         if let Some(bj) = &self.bootupd {
             self.write_bootupd(bj, &tree, &efi_src, &boot, static_grub.is_some())?;
         }
-        let live = match &self.live {
-            Some(l) => Some(self.live_stage(l, r, root_m.path(), &tree, &efi_src, &vendor)?),
+        // The extents of the ostree objects, now that nothing else writes
+        // to root and boot (the osmet files are packed from them).
+        let extent_map = match &self.live {
+            Some(_) => {
+                let step = r.step("osmet extents");
+                let map = live::osmet::scan(root_m.path(), &boot)?;
+                let p = self.work.join("live-extents.json");
+                std::fs::write(&p, serde_json::to_vec(&map)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+                let kernel_files: Vec<&str> = map
+                    .boot_files
+                    .iter()
+                    .filter(|f| f.starts_with("/boot/ostree/"))
+                    .map(String::as_str)
+                    .collect();
+                step.done(&format!(
+                    "{} root and {} boot extents of {} ostree objects ({} empty); {} boot files are objects ({})",
+                    map.root.len(),
+                    map.boot.len(),
+                    map.objects,
+                    map.empty_objects,
+                    map.boot_files.len(),
+                    kernel_files.join(", ")
+                ));
+                Some(p)
+            }
             None => None,
         };
         boot_m.close()?;
+        let live = match &self.live {
+            Some(l) => Some(self.live_stage(
+                l,
+                r,
+                &LiveTreeSrc {
+                    disk: &file,
+                    layout: &layout,
+                    root: root_m.path(),
+                    tree: &tree,
+                    efi_src: &efi_src,
+                    vendor: &vendor,
+                    esp_files: &stub,
+                },
+            )?),
+            None => None,
+        };
         root_m.close()?;
         file.sync_all()?;
         step.done(&format!(
@@ -279,6 +336,7 @@ impl DiskJob {
             boots: BTreeMap::new(),
             live,
             static_grub,
+            extent_map,
         })
     }
 
@@ -337,30 +395,22 @@ impl DiskJob {
         Ok(())
     }
 
-    /// Kernel, initramfs, menus, efiboot.img and rootfs of the live
-    /// artifacts, from the deployed metal tree (`root`: the root filesystem
-    /// with `/boot` mounted; `tree`: the deployment).
-    fn live_stage(
-        &self,
-        lj: &LiveJob,
-        r: &Reporter,
-        root: &Path,
-        tree: &Path,
-        efi_src: &Path,
-        vendor: &str,
-    ) -> Result<LiveStage> {
+    /// Kernel, OS initramfs, features, menus, efiboot.img and the live root
+    /// image, from the deployed metal tree (see [`LiveTreeSrc`]).
+    fn live_stage(&self, lj: &LiveJob, r: &Reporter, src: &LiveTreeSrc) -> Result<LiveStage> {
         let l = &lj.plan;
+        let (tree, efi_src, vendor) = (src.tree, src.efi_src, src.vendor);
         let dir = self.work.join("live");
         std::fs::create_dir_all(&dir)?;
         let kdir = tree.join("usr/lib/modules").join(&self.kernel_version);
-        let mtime = u32::try_from(lj.timestamp.max(0)).unwrap_or(u32::MAX);
         let mib = |p: &Path| -> Result<u64> { Ok(std::fs::metadata(p)?.len() >> 20) };
+        let mut notes = Vec::new();
 
         let step = r.step("live-kernel");
         let kernel = dir.join("vmlinuz");
-        let src = kdir.join(live::KERNEL_NAME);
-        std::fs::copy(&src, &kernel)
-            .with_context(|| format!("copying the kernel {}", src.display()))?;
+        let ksrc = kdir.join(live::KERNEL_NAME);
+        std::fs::copy(&ksrc, &kernel)
+            .with_context(|| format!("copying the kernel {}", ksrc.display()))?;
         step.done(&format!(
             "usr/lib/modules/{}/{} ({} MiB)",
             self.kernel_version,
@@ -368,20 +418,30 @@ impl DiskJob {
             mib(&kernel)?
         ));
 
-        let step = r.step("live-initramfs");
-        let src = kdir.join(live::INITRAMFS_NAME);
-        let os_initrd = std::fs::read(&src)
-            .with_context(|| format!("reading the OS's initramfs {}", src.display()))?;
-        live::check_initramfs(&os_initrd, &format!("the OS's initramfs {}", src.display()))?;
-        let addon = live::live_initramfs_addon(&lj.version, mtime)?;
-        let initramfs = dir.join("initrd.img");
-        std::fs::write(&initramfs, live::live_initramfs(&os_initrd, &addon))
-            .with_context(|| format!("writing {}", initramfs.display()))?;
-        step.done(&format!(
-            "OS initramfs + {} bytes of live files ({} MiB)",
-            addon.len(),
-            mib(&initramfs)?
-        ));
+        let isrc = kdir.join(live::INITRAMFS_NAME);
+        let os_initrd = std::fs::read(&isrc)
+            .with_context(|| format!("reading the OS's initramfs {}", isrc.display()))?;
+        live::check_initramfs(
+            &os_initrd,
+            &format!("the OS's initramfs {}", isrc.display()),
+        )?;
+        let os_initramfs = dir.join("os-initramfs.img");
+        std::fs::write(&os_initramfs, &os_initrd)
+            .with_context(|| format!("writing {}", os_initramfs.display()))?;
+
+        // features.json (osbuild get_os_features).
+        let ex = tree.join(live::EXAMPLE_CONFIG);
+        let features = match std::fs::read(&ex) {
+            Ok(y) => {
+                let d = live::config_directives(&y, &format!("/{}", live::EXAMPLE_CONFIG))?;
+                live::features_json(Some(&d))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                notes.push(format!("live: the OS ships no /{} (coreos-installer's example config), so features.json has no installer-config-directives (osbuild requires the file; this tool leaves the key out)", live::EXAMPLE_CONFIG));
+                live::features_json(None)
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", ex.display())),
+        };
 
         let live_dir = tree.join(crate::osconfig::LIVE_DIR.trim_start_matches('/'));
         let templates = if live_dir.is_dir() {
@@ -424,37 +484,42 @@ impl DiskJob {
 
         let step = r.step("live-rootfs");
         let threads = crate::util::threads(lj.threads);
-        let rootfs = dir.join("rootfs.img");
         let started = std::time::Instant::now();
-        let (img, what) = match &lj.erofs {
+        let stage = dir.join("tree");
+        let guards = live_tree(src, &dir, &stage, &mut notes)?;
+        let made = match &lj.erofs {
             Some(o) => {
                 let img = dir.join(live::erofs::ROOT_EROFS);
-                cancel::pause_point("erofs")?;
-                live::erofs::make_erofs(root, &img, o)?;
-                (img, format!("erofs ({})", o.used()))
+                cancel::pause_point("erofs")
+                    .and_then(|_| live::erofs::make_erofs(&stage, &img, o))
+                    .map(|_| (img, format!("erofs ({})", o.used())))
             }
             None => {
                 let img = dir.join(live::ROOT_SQUASHFS);
-                cancel::pause_point("squashfs")?;
-                live::make_squashfs(root, &img, lj.timestamp, threads)?;
-                (img, format!("squashfs (zstd, {threads} threads)"))
+                cancel::pause_point("squashfs")
+                    .and_then(|_| live::make_squashfs(&stage, &img, lj.timestamp, threads))
+                    .map(|_| (img, format!("squashfs (zstd, {threads} threads)")))
             }
         };
+        let closed = guards.close();
+        let (img, what) = made?;
+        closed?;
         let secs = started.elapsed().as_secs_f64();
-        let img_mib = std::fs::metadata(&img)?.len() as f64 / (1u64 << 20) as f64;
-        live::write_rootfs_img(&img, &rootfs, mtime)?;
-        std::fs::remove_file(&img).ok();
         step.done(&format!(
-            "{what} of the deployed tree in a cpio ({} MiB; image {img_mib:.1} MiB made in {secs:.1} s)",
-            mib(&rootfs)?
+            "{what} of the metal root with /boot and /boot/efi ({:.1} MiB, made in {secs:.1} s)",
+            std::fs::metadata(&img)?.len() as f64 / (1u64 << 20) as f64
         ));
         Ok(LiveStage {
+            rootfs: dir.join("rootfs.img"),
+            initramfs: dir.join("initrd.img"),
             dir,
             kernel,
-            initramfs,
-            rootfs,
             efiboot,
             menus,
+            root_image: img,
+            os_initramfs,
+            features,
+            notes,
         })
     }
 
@@ -490,6 +555,183 @@ impl DiskJob {
         std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
         Ok(img)
     }
+}
+
+/// Where the live root tree comes from: the base disk (its boot partition
+/// is copied), the mounted root filesystem and the deployment in it, and
+/// the ESP's files (the OS's EFI tree and the stub configs).
+struct LiveTreeSrc<'a> {
+    disk: &'a std::fs::File,
+    layout: &'a Layout,
+    root: &'a Path,
+    tree: &'a Path,
+    efi_src: &'a Path,
+    vendor: &'a str,
+    esp_files: &'a [(String, Vec<u8>)],
+}
+
+/// The mounts that make the live root tree; closed in reverse order.
+struct LiveTreeGuards {
+    mounts: Vec<Mount>,
+    boot: Option<Mounted>,
+    boot_img: PathBuf,
+}
+
+impl LiveTreeGuards {
+    fn close(mut self) -> Result<()> {
+        let mut first: Option<anyhow::Error> = None;
+        if let Some(b) = self.boot.take() {
+            if let Err(e) = b.close() {
+                first.get_or_insert(e);
+            }
+        }
+        while let Some(m) = self.mounts.pop() {
+            if let Err(e) = m.close() {
+                first.get_or_insert(e);
+            }
+        }
+        std::fs::remove_file(&self.boot_img).ok();
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The live root tree as osbuild's `mkrootfs_metal` builds it (SPEC 5.1),
+/// in `stage`, without touching the base disk: the root filesystem
+/// (bind-mounted), `ostree/repo/config` without `readonly=true` (a copy
+/// bind-mounted over it), a copy of the boot partition on `/boot` with the
+/// kernel and its `.hmac` hardlinked into its top (FIPS boots look there),
+/// and the ESP's files in `/boot/efi` (this host's kernel may have no vfat,
+/// so they are copied from where the ESP got them).
+fn live_tree(
+    src: &LiveTreeSrc,
+    dir: &Path,
+    stage: &Path,
+    notes: &mut Vec<String>,
+) -> Result<LiveTreeGuards> {
+    use std::os::unix::fs::PermissionsExt;
+    let boot_p = src.layout.part("boot").clone();
+    let boot_img = dir.join("live-boot.img");
+    let mut g = LiveTreeGuards {
+        mounts: Vec::new(),
+        boot: None,
+        boot_img: boot_img.clone(),
+    };
+    let res = (|| -> Result<()> {
+        g.mounts.push(Mount::new(src.root, stage, "none", "bind")?);
+        let cfg = stage.join("ostree/repo/config");
+        let text =
+            std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
+        if text.lines().any(|l| l.trim() == "readonly=true") {
+            let copy = dir.join("repo-config");
+            let kept: String = text
+                .lines()
+                .filter(|l| l.trim() != "readonly=true")
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(&copy, kept).with_context(|| format!("writing {}", copy.display()))?;
+            g.mounts.push(Mount::new(&copy, &cfg, "none", "bind")?);
+        }
+        drop(derive::copy_region(
+            src.disk,
+            boot_p.start,
+            boot_p.size,
+            &boot_img,
+        )?);
+        let dev = LoopDevice::attach(&boot_img, 0, boot_p.size, 512)?;
+        let bm = Mounted::new(dev, &stage.join("boot"), "ext4", "rw")?;
+        let boot = bm.path().to_path_buf();
+        g.boot = Some(bm);
+        // The kernel and its HMAC, hardlinked from /boot/ostree/<dir>/.
+        let mut kernels = Vec::new();
+        let mut hmacs = Vec::new();
+        let ostree_boot = boot.join("ostree");
+        for d in std::fs::read_dir(&ostree_boot)
+            .with_context(|| format!("reading {}", ostree_boot.display()))?
+        {
+            let d = d?.path();
+            if !d.is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(&d)? {
+                let f = f?;
+                let n = f.file_name().to_string_lossy().into_owned();
+                if n.starts_with("vmlinuz") {
+                    kernels.push(f.path());
+                } else if n.starts_with('.') && n.ends_with(".hmac") {
+                    hmacs.push(f.path());
+                }
+            }
+        }
+        kernels.sort();
+        hmacs.sort();
+        let k = kernels.first().with_context(|| {
+            format!(
+                "the deployment put no vmlinuz* under /boot/ostree/*/ (in {})",
+                ostree_boot.display()
+            )
+        })?;
+        let link = |p: &Path| -> Result<()> {
+            let to = boot.join(p.file_name().expect("name"));
+            std::fs::hard_link(p, &to)
+                .with_context(|| format!("linking {} to {}", p.display(), to.display()))
+        };
+        link(k)?;
+        match hmacs.first() {
+            Some(h) => link(h)?,
+            None => notes.push("live: the OS's kernel has no .hmac (/usr/lib/modules/<kver>/.vmlinuz.hmac), so the live /boot has the kernel only; osbuild requires one (FIPS boots check it)".to_string()),
+        }
+        // /boot/efi: the ESP's files.
+        let efi = boot.join("efi");
+        std::fs::create_dir_all(efi.join("EFI"))?;
+        copy_tree(src.efi_src, &efi.join("EFI"))?;
+        for (rel, data) in src.esp_files {
+            let p = efi.join(rel);
+            if let Some(d) = p.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            std::fs::write(&p, data).with_context(|| format!("writing {}", p.display()))?;
+        }
+        let mut stack = vec![efi.clone()];
+        while let Some(d) = stack.pop() {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))?;
+            for e in std::fs::read_dir(&d)? {
+                let e = e?;
+                if e.file_type()?.is_dir() {
+                    stack.push(e.path());
+                } else {
+                    std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o755))?;
+                }
+            }
+        }
+        Ok(())
+    })();
+    match res {
+        Ok(()) => Ok(g),
+        Err(e) => {
+            let _ = g.close();
+            Err(e)
+        }
+    }
+}
+
+/// Copy the regular files and directories of `from` into `to`.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e?;
+        let ft = e.file_type()?;
+        let dst = to.join(e.file_name());
+        if ft.is_dir() {
+            copy_tree(&e.path(), &dst)?;
+        } else if ft.is_file() {
+            std::fs::copy(e.path(), &dst)
+                .with_context(|| format!("copying {}", e.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Read a job file (written by the host for the VM).

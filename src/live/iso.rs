@@ -109,6 +109,8 @@ pub struct IsoInput<'a> {
     pub syslinux: &'a Syslinux,
     /// Seconds since the epoch for the volume dates (reproducible output).
     pub mtime: i64,
+    /// `coreos/features.json`.
+    pub features: &'a [u8],
 }
 
 /// Hard-link `src` to `dst` (same filesystem), else copy it.
@@ -172,7 +174,12 @@ pub fn stage_tree(stage: &Path, i: &IsoInput) -> Result<()> {
     }
     put(stage, "coreos/igninfo.json", &super::igninfo_json())?;
     put(stage, "coreos/kargs.json", &i.menus.kargs_json())?;
-    put(stage, "coreos/features.json", &super::features_json())?;
+    put(stage, "coreos/features.json", i.features)?;
+    let md = crate::io::create_sized(
+        &stage.join(super::miniso::DATA_FILE),
+        super::miniso::DATA_FILE_SIZE,
+    )?;
+    drop(md);
     Ok(())
 }
 
@@ -239,13 +246,41 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
 }
 
 /// Stage the tree in `stage` and write the ISO to `out` (an existing,
-/// empty file or a new path).
+/// empty file or a new path). `coreos/miniso.dat` is reserved, empty.
 pub fn build_iso(stage: &Path, out: &Path, i: &IsoInput) -> Result<()> {
     stage_tree(stage, i).context("laying out the ISO tree")?;
+    xorriso(stage, out, i)
+}
+
+fn xorriso(stage: &Path, out: &Path, i: &IsoInput) -> Result<()> {
     let mut c = crate::util::cmd::new("xorriso", xorriso_args(stage, out, i));
     crate::util::cmd::run(&mut c)
         .with_context(|| format!("writing the live ISO {}", out.display()))?;
     Ok(())
+}
+
+/// The minimal ISO and `coreos/miniso.dat` (SPEC 5.1, osbuild
+/// `gen_live_artifacts`): after [`build_iso`] wrote `full` from `stage`,
+/// write the same tree without `images/pxeboot/rootfs.img` and
+/// `coreos/miniso.dat` to `minimal` (same options, hybrid the same way),
+/// then fill `full`'s miniso.dat so that `coreos-installer iso extract
+/// minimal-iso` rebuilds `minimal`. `minimal` is left for the caller.
+pub fn add_minimal_iso(
+    stage: &Path,
+    full: &Path,
+    minimal: &Path,
+    i: &IsoInput,
+    app_version: &str,
+) -> Result<super::miniso::Stats> {
+    for rel in ["images/pxeboot/rootfs.img", super::miniso::DATA_FILE] {
+        let p = stage.join(rel);
+        std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    xorriso(stage, minimal, i).context("writing the minimal ISO")?;
+    let (data, st) = super::miniso::pack(full, minimal, app_version)
+        .context("packing the minimal ISO into coreos/miniso.dat")?;
+    super::miniso::embed(full, &data)?;
+    Ok(st)
 }
 
 /// Size for the FAT `efiboot.img` holding `efi_src` and `extra` bytes:
@@ -447,9 +482,48 @@ mod tests {
             menus: &menus,
             syslinux: &sys,
             mtime: 1_700_000_000,
+            features: &crate::live::features_json(None),
         };
         let iso = p("live.iso");
         build_iso(&p("stage"), &iso, &i).unwrap();
+        // The minimal ISO, packed into coreos/miniso.dat and rebuilt by the
+        // real coreos-installer: the same tree without rootfs.img and
+        // miniso.dat, kargs without coreos.liveiso (plus the rootfs URL).
+        let minimal = p("minimal.iso");
+        let st = add_minimal_iso(&p("stage"), &iso, &minimal, &i, "test").unwrap();
+        assert!(
+            st.data_size <= super::super::miniso::DATA_FILE_SIZE,
+            "{st:?}"
+        );
+        assert!(st.entries >= 8, "{st:?}");
+        let extracted = p("extracted.iso");
+        out(Command::new("coreos-installer")
+            .args([
+                "iso",
+                "extract",
+                "minimal-iso",
+                "--rootfs-url",
+                "http://10.0.2.2:8080/rootfs.img",
+            ])
+            .arg(&iso)
+            .arg(&extracted));
+        let mnames = out(Command::new("isoinfo").arg("-f").arg("-i").arg(&extracted));
+        assert!(!mnames.contains("ROOTFS.IMG"), "{mnames}");
+        assert!(!mnames.contains("MINISO.DAT"), "{mnames}");
+        assert!(mnames.contains("/IMAGES/EFIBOOT.IMG;1"), "{mnames}");
+        let k = out(Command::new("coreos-installer")
+            .args(["iso", "kargs", "show"])
+            .arg(&extracted));
+        assert!(!k.contains("coreos.liveiso="), "{k}");
+        assert!(
+            k.contains("coreos.live.rootfs_url=http://10.0.2.2:8080/rootfs.img"),
+            "{k}"
+        );
+        // Apart from the kargs, the extracted ISO is the minimal one.
+        assert_eq!(
+            std::fs::metadata(&extracted).unwrap().len(),
+            std::fs::metadata(&minimal).unwrap().len()
+        );
         let info = out(Command::new("isoinfo").arg("-d").arg("-i").arg(&iso));
         assert!(info.contains(&format!("Volume id: {volid}\n")), "{info}");
         let names = out(Command::new("isoinfo").arg("-f").arg("-i").arg(&iso));

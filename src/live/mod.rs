@@ -12,6 +12,8 @@
 pub mod cpio;
 pub mod erofs;
 pub mod iso;
+pub mod miniso;
+pub mod osmet;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -44,18 +46,95 @@ pub const ROOT_SQUASHFS_OFFSET: u64 = 124;
 /// Files of the appended live initramfs cpio (SPEC 5).
 pub const LIVE_INITRAMFS_STAMP: &str = "etc/coreos-live-initramfs";
 pub const FEATURES_IN_INITRAMFS: &str = "etc/coreos/features.json";
+/// The rootfs image's stream hash in the live initramfs (SPEC 5.1; osbuild
+/// `make_stream_hash`, read by `rdcore stream-hash` in fedora-coreos-config
+/// `coreos-livepxe-rootfs.sh`).
+pub const WANT_ROOTFS: &str = "etc/coreos-live-want-rootfs";
+/// Chunk size of the stream hash (osbuild `make_stream_hash` `bufsize`).
+pub const STREAM_HASH_CHUNK: usize = 2 * 1024 * 1024;
+/// The version stamp in rootfs.img (osbuild: "confirming that initramfs and
+/// rootfs are from the same build").
+pub const LIVE_ROOTFS_STAMP: &str = "etc/coreos-live-rootfs";
+/// coreos-installer's example config in the OS tree; its top-level keys are
+/// features.json `installer-config-directives` (osbuild `get_os_features`).
+pub const EXAMPLE_CONFIG: &str = "usr/share/coreos-installer/example-config.yaml";
 /// Menu files of the built-in templates (relative to the ISO root).
 pub const ISOLINUX_CFG: &str = "isolinux/isolinux.cfg";
 
-/// `coreos/features.json` (and `etc/coreos/features.json` in the initramfs).
-pub fn features_json() -> Vec<u8> {
-    let mut v = serde_json::to_vec_pretty(&json!({
-        "installer-config": true,
-        "live-initrd-network": true,
-    }))
-    .expect("static json");
+/// `coreos/features.json` (and `etc/coreos/features.json` in the
+/// initramfs), as osbuild's `get_os_features` writes it (indent 2, sorted
+/// keys, a newline): `installer-config-directives` holds `true` for each
+/// top-level key of the OS's example config, when the OS ships one.
+pub fn features_json(directives: Option<&[String]>) -> Vec<u8> {
+    let mut m = serde_json::Map::new();
+    if let Some(d) = directives {
+        let mut keys: Vec<&String> = d.iter().collect();
+        keys.sort();
+        keys.dedup();
+        let obj: serde_json::Map<String, serde_json::Value> = keys
+            .into_iter()
+            .map(|k| (k.clone(), serde_json::Value::Bool(true)))
+            .collect();
+        m.insert("installer-config".into(), json!(true));
+        m.insert(
+            "installer-config-directives".into(),
+            serde_json::Value::Object(obj),
+        );
+    } else {
+        m.insert("installer-config".into(), json!(true));
+    }
+    m.insert("live-initrd-network".into(), json!(true));
+    let mut v = serde_json::to_vec_pretty(&serde_json::Value::Object(m)).expect("json");
     v.push(b'\n');
     v
+}
+
+/// The top-level keys of an example config (`usr/share/coreos-installer/
+/// example-config.yaml`); `what` names the file in errors.
+pub fn config_directives(yaml: &[u8], what: &str) -> Result<Vec<String>> {
+    let v: serde_yaml::Value = serde_yaml::from_slice(yaml)
+        .with_context(|| format!("{what} is not YAML; the live ISO's features.json lists its keys as installer-config-directives (osbuild get_os_features); fix the OS's coreos-installer package"))?;
+    let m = v.as_mapping().with_context(|| {
+        format!("{what} is not a YAML mapping of installer directives; fix the OS's coreos-installer package")
+    })?;
+    m.keys()
+        .map(|k| {
+            k.as_str().map(str::to_string).with_context(|| {
+                format!("{what} has a key that is not a string ({k:?}); fix the OS's coreos-installer package")
+            })
+        })
+        .collect()
+}
+
+/// The stream hash of `path` (osbuild `make_stream_hash`): a header line
+/// `stream-hash sha256 2097152`, then the hex sha256 of each 2 MiB chunk
+/// (the last one may be shorter).
+pub fn stream_hash(path: &Path) -> Result<Vec<u8>> {
+    use sha2::Digest;
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = format!("stream-hash sha256 {STREAM_HASH_CHUNK}\n").into_bytes();
+    let mut buf = vec![0u8; STREAM_HASH_CHUNK];
+    loop {
+        let mut n = 0;
+        while n < buf.len() {
+            let r = f
+                .read(&mut buf[n..])
+                .with_context(|| format!("reading {}", path.display()))?;
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(hex::encode(sha2::Sha256::digest(&buf[..n])).as_bytes());
+        out.push(b'\n');
+        if n < buf.len() {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// `coreos/igninfo.json`.
@@ -148,8 +227,14 @@ pub fn check_initramfs(data: &[u8], what: &str) -> Result<InitrdFormat> {
     Ok(fmt)
 }
 
-/// The gzip-compressed newc cpio appended to the OS's initramfs (SPEC 5).
-pub fn live_initramfs_addon(version: &str, mtime: u32) -> Result<Vec<u8>> {
+/// The gzip-compressed newc cpio appended to the OS's initramfs (SPEC 5,
+/// 5.1): the version stamp, features.json and the rootfs stream hash.
+pub fn live_initramfs_addon(
+    version: &str,
+    features: &[u8],
+    want_rootfs: &[u8],
+    mtime: u32,
+) -> Result<Vec<u8>> {
     let mut w = cpio::Writer::new(Vec::new(), mtime);
     w.dir("etc", 0o755)?;
     w.dir("etc/coreos", 0o755)?;
@@ -158,7 +243,8 @@ pub fn live_initramfs_addon(version: &str, mtime: u32) -> Result<Vec<u8>> {
         0o644,
         format!("{version}\n").as_bytes(),
     )?;
-    w.file(FEATURES_IN_INITRAMFS, 0o644, &features_json())?;
+    w.file(FEATURES_IN_INITRAMFS, 0o644, features)?;
+    w.file(WANT_ROOTFS, 0o644, want_rootfs)?;
     let raw = w.finish()?;
     // mtime 0 in the gzip header: the same input gives the same bytes.
     let mut gz = flate2::GzBuilder::new()
@@ -209,11 +295,19 @@ pub fn make_squashfs(src: &Path, dst: &Path, mtime: i64, threads: usize) -> Resu
     Ok(())
 }
 
-/// `rootfs.img`: an uncompressed newc cpio whose first entry is the root
-/// image (`root.squashfs` or `root.erofs`), so the image starts at byte 124
-/// (SPEC 5); its magic must be where the live initramfs looks (squashfs
-/// `hsqs` at 124, EROFS `e2e1f5e0` at 124 + 1024, as osbuild checks).
-pub fn write_rootfs_img(image: &Path, dst: &Path, mtime: u32) -> Result<()> {
+/// `rootfs.img` (SPEC 5.1): an uncompressed newc cpio whose first entry is
+/// the root image (`root.squashfs` or `root.erofs`), so the image starts at
+/// byte 124; its magic must be where the live initramfs looks (squashfs
+/// `hsqs` at 124, EROFS `e2e1f5e0` at 124 + 1024, as osbuild checks). Then
+/// `etc/coreos-live-rootfs` (the version) and the osmet files (`extras`:
+/// name in the archive, file).
+pub fn write_rootfs_img(
+    image: &Path,
+    version: &str,
+    extras: &[(String, PathBuf)],
+    dst: &Path,
+    mtime: u32,
+) -> Result<()> {
     let name = image
         .file_name()
         .and_then(|n| n.to_str())
@@ -241,6 +335,13 @@ pub fn write_rootfs_img(image: &Path, dst: &Path, mtime: u32) -> Result<()> {
     let at = w.file_from(name, 0o644, len, std::io::BufReader::new(f))?;
     if at != ROOT_SQUASHFS_OFFSET {
         bail!("{name} landed at byte {at} of rootfs.img, not {ROOT_SQUASHFS_OFFSET}");
+    }
+    w.dir("etc", 0o755)?;
+    w.file(LIVE_ROOTFS_STAMP, 0o644, format!("{version}\n").as_bytes())?;
+    for (n, p) in extras {
+        let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+        let len = f.metadata()?.len();
+        w.file_from(n, 0o644, len, std::io::BufReader::new(f))?;
     }
     let out = w
         .finish()?
@@ -603,7 +704,13 @@ mod tests {
 
     #[test]
     fn addon_is_a_gzip_cpio_with_the_live_files() {
-        let a = live_initramfs_addon("1.2.3", 0).unwrap();
+        let a = live_initramfs_addon(
+            "1.2.3",
+            &features_json(None),
+            b"stream-hash sha256 2097152\n",
+            0,
+        )
+        .unwrap();
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(&a[..])
             .read_to_end(&mut raw)
@@ -614,7 +721,8 @@ mod tests {
                 "etc",
                 "etc/coreos",
                 LIVE_INITRAMFS_STAMP,
-                FEATURES_IN_INITRAMFS
+                FEATURES_IN_INITRAMFS,
+                WANT_ROOTFS
             ]
         );
         // Each part starts and the whole ends on a 4-byte boundary, NUL-padded.
@@ -624,7 +732,17 @@ mod tests {
         assert_eq!(joined.len() % INITRD_ALIGN, 0);
         assert!(joined[8 + a.len()..].iter().all(|&b| b == 0));
         assert_eq!(live_initramfs(b"abcd", b"wxyz"), b"abcdwxyz");
-        assert_eq!(a, live_initramfs_addon("1.2.3", 0).unwrap(), "reproducible");
+        assert_eq!(
+            a,
+            live_initramfs_addon(
+                "1.2.3",
+                &features_json(None),
+                b"stream-hash sha256 2097152\n",
+                0
+            )
+            .unwrap(),
+            "reproducible"
+        );
     }
 
     #[test]
