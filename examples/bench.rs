@@ -108,7 +108,13 @@ fn main() -> Result<()> {
     // 1. Our run: everything, from a cold cache.
     eprintln!("bench: generate {release} {platforms}");
     let out_all = work.join("out-all");
-    let (all_run, stages) = generate(&tool, &release, &platforms, &work.join("cache-all"), &out_all)?;
+    let (all_run, stages) = generate(
+        &tool,
+        &release,
+        &platforms,
+        &work.join("cache-all"),
+        &out_all,
+    )?;
     let cache_bytes = du(&work.join("cache-all"))?;
     std::fs::remove_dir_all(work.join("cache-all")).ok();
 
