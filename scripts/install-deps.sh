@@ -29,6 +29,9 @@ RUNTIME_PKGS=(
 # What compiling it needs.
 BUILD_PKGS=(
   gcc libc6-dev pkg-config libglib2.0-dev libzstd-dev libssl-dev libostree-dev
+  # xz2 and flate2 link the system's liblzma and zlib when pkg-config finds
+  # them (else they build their own): the same choice on every machine
+  liblzma-dev zlib1g-dev
 )
 # What the tests and the test OS need.
 TEST_PKGS=(
