@@ -313,7 +313,11 @@ fn pxe_kernel_and_initramfs_are_the_os_ones() {
             .arg("gzip -dc addon.gz | cpio -idv --quiet 2>&1")
             .current_dir(d.path()),
     );
-    for n in ["etc/coreos-live-initramfs", "etc/coreos/features.json"] {
+    for n in [
+        "etc/coreos-live-initramfs",
+        "etc/coreos/features.json",
+        "etc/coreos-live-want-rootfs",
+    ] {
         assert!(list.lines().any(|l| l == n), "{n} not in {list}");
     }
     let features: Value =
@@ -331,13 +335,18 @@ fn rootfs_is_a_cpio_with_the_deployed_tree_in_a_zstd_squashfs() {
     assert_eq!(&data[..6], b"070701", "newc cpio");
     assert_eq!(&data[110..124], b"root.squashfs\0", "first entry");
     assert_eq!(&data[124..128], b"hsqs", "squashfs magic at byte 124");
-    // GNU cpio lists exactly root.squashfs.
+    // GNU cpio lists root.squashfs, then the version stamp (SPEC 5.1; this
+    // run builds no metal image, so there is no osmet file: see
+    // tests/live_offline.rs).
     let names = must(
         Command::new("sh")
             .arg("-c")
             .arg(format!("cpio -it --quiet < '{}'", rootfs.display())),
     );
-    assert_eq!(names.trim(), "root.squashfs");
+    assert_eq!(
+        names.lines().collect::<Vec<_>>(),
+        ["root.squashfs", "etc", "etc/coreos-live-rootfs"]
+    );
     let d = tempfile::tempdir().unwrap();
     let sq = d.path().join("root.squashfs");
     must(

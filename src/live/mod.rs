@@ -746,6 +746,42 @@ mod tests {
     }
 
     #[test]
+    fn features_and_stream_hash() {
+        let keys = config_directives(b"# c\nstream: name\nimage-url: URL\nconsole: [a, b]\n", "x")
+            .unwrap();
+        assert_eq!(keys, ["stream", "image-url", "console"]);
+        let f: serde_json::Value = serde_json::from_slice(&features_json(Some(&keys))).unwrap();
+        assert_eq!(
+            f,
+            json!({"installer-config": true, "installer-config-directives": {"console": true, "image-url": true, "stream": true}, "live-initrd-network": true})
+        );
+        // osbuild's json.dumps(indent=2, sort_keys=True) + "\n"
+        let text = String::from_utf8(features_json(Some(&keys))).unwrap();
+        assert!(text.starts_with("{\n  \"installer-config\": true,\n  \"installer-config-directives\": {\n    \"console\": true,"), "{text}");
+        assert!(text.ends_with("}\n"));
+        assert!(config_directives(b"- a\n- b\n", "x").is_err());
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r");
+        let data: Vec<u8> = (0..STREAM_HASH_CHUNK * 2 + 5)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(&p, &data).unwrap();
+        let h = String::from_utf8(stream_hash(&p).unwrap()).unwrap();
+        let lines: Vec<&str> = h.lines().collect();
+        assert_eq!(lines[0], "stream-hash sha256 2097152");
+        assert_eq!(lines.len(), 4);
+        use sha2::Digest;
+        assert_eq!(
+            lines[3],
+            hex::encode(sha2::Sha256::digest(&data[STREAM_HASH_CHUNK * 2..]))
+        );
+        assert_eq!(
+            lines[1],
+            hex::encode(sha2::Sha256::digest(&data[..STREAM_HASH_CHUNK]))
+        );
+    }
+
+    #[test]
     fn render_embed_areas() {
         let t = builtin_templates("redhat", "RHCOS");
         let kargs = s(&["coreos.liveiso=rhcos-1", "ignition.firstboot"]);

@@ -477,6 +477,23 @@ pub fn pack(
     threads: u32,
     out: &Path,
 ) -> Result<PackStats> {
+    let r = pack_inner(image, parts, objects, header, expect_sha256, threads, out);
+    if r.is_err() {
+        // Never leave a half-written or wrong osmet file behind.
+        let _ = std::fs::remove_file(out);
+    }
+    r
+}
+
+fn pack_inner(
+    image: &dyn DiskView,
+    parts: &[Partition],
+    objects: &Path,
+    header: &Header,
+    expect_sha256: Option<&str>,
+    threads: u32,
+    out: &Path,
+) -> Result<PackStats> {
     let started = std::time::Instant::now();
     let size = image.len();
     let regions = regions(size, parts)?;
@@ -665,6 +682,83 @@ mod tests {
                 (2 << 20, 3 << 20, false)
             ]
         );
+    }
+
+    /// A map whose extent does not hold its object's bytes is refused,
+    /// naming the object, and leaves no file; a right one packs to a file
+    /// whose table and xz stream give the image back.
+    #[test]
+    fn pack_checks_every_mapping() {
+        let d = tempfile::tempdir().unwrap();
+        let objects = d.path().join("objects");
+        let obj = "ab".to_string() + &"cd".repeat(31);
+        let op = object_path(&objects, &obj);
+        std::fs::create_dir_all(op.parent().unwrap()).unwrap();
+        std::fs::write(&op, b"hello object").unwrap();
+        let mut img = vec![7u8; 64 << 10];
+        img[8192..8192 + 12].copy_from_slice(b"hello object");
+        img[8192 + 12..12288].fill(0);
+        let ip = d.path().join("img");
+        std::fs::write(&ip, &img).unwrap();
+        let view = crate::io::view::FileView::open(&ip).unwrap();
+        let maps = vec![Mapping {
+            extent: Extent {
+                logical: 0,
+                physical: 4096,
+                length: 4096,
+            },
+            object: obj.clone(),
+        }];
+        let parts = [Partition {
+            start: 4096,
+            end: 32768,
+            mappings: &maps,
+        }];
+        let h = Header {
+            app_version: "t",
+            sector_size: 512,
+            os_description: "Test",
+            os_architecture: "x86_64",
+        };
+        let out = d.path().join("x.osmet");
+        let st = pack(&view, &parts, &objects, &h, None, 1, &out).unwrap();
+        assert_eq!(st.mapped, 4096);
+        assert_eq!(st.packed, (64 << 10) - 4096);
+        assert_eq!(st.image_sha256, hex::encode(Sha256::digest(&img)));
+        let f = std::fs::read(&out).unwrap();
+        let head = h.encode();
+        assert_eq!(&f[..head.len()], &head[..]);
+        // A stale map: the image changed under the extent.
+        img[8192] = b'H';
+        std::fs::write(&ip, &img).unwrap();
+        let view = crate::io::view::FileView::open(&ip).unwrap();
+        let out2 = d.path().join("y.osmet");
+        let e = format!(
+            "{:#}",
+            pack(&view, &parts, &objects, &h, None, 1, &out2).unwrap_err()
+        );
+        assert!(e.contains(&obj) && e.contains("stale"), "{e}");
+        assert!(!out2.exists(), "a refused osmet file is removed");
+        // The wrong expected checksum is refused too.
+        img[8192] = b'h';
+        std::fs::write(&ip, &img).unwrap();
+        let view = crate::io::view::FileView::open(&ip).unwrap();
+        let e = pack(&view, &parts, &objects, &h, Some("00"), 1, &out2).unwrap_err();
+        assert!(format!("{e:#}").contains("published image"), "{e:#}");
+        assert!(!out2.exists());
+    }
+
+    /// A file whose extents the filesystem cannot give (tmpfs has no
+    /// FIEMAP) is an error naming it.
+    #[test]
+    fn unmappable_file_is_named() {
+        let Ok(d) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let p = d.path().join("obj.file");
+        std::fs::write(&p, vec![1u8; 8192]).unwrap();
+        let e = format!("{:#}", fiemap(&p).unwrap_err());
+        assert!(e.contains(&p.display().to_string()), "{e}");
     }
 
     #[test]
