@@ -39,8 +39,8 @@ TEST_PKGS=(
   docker-registry apache2-utils openssl
   # live ISO checks
   genisoimage
-  # test OS
-  busybox-static zstd xz-utils pigz shim-unsigned
+  # test OS (python3-yaml: fixtures/os/inject-cosa.py reads cosa's YAML)
+  busybox-static zstd xz-utils pigz shim-unsigned python3-yaml
   # boot tests
   ovmf seabios ipxe-qemu
   # validation tools used by tests
