@@ -442,9 +442,13 @@ fn iso_layout_seen_by_isoinfo_xorriso_sgdisk_fdisk() {
     let ign: Value = serde_json::from_slice(&iso_extract(&iso, "/coreos/igninfo.json")).unwrap();
     assert_eq!(ign, serde_json::json!({"file": "images/ignition.img"}));
     let feat: Value = serde_json::from_slice(&iso_extract(&iso, "/coreos/features.json")).unwrap();
-    assert_eq!(
-        feat,
-        serde_json::json!({"installer-config": true, "live-initrd-network": true})
+    assert_eq!(feat["installer-config"], true);
+    assert_eq!(feat["live-initrd-network"], true);
+    // SPEC 5.1: a directive per key of the OS's example config (checked
+    // key by key in tests/live_offline.rs).
+    assert!(
+        feat["installer-config-directives"]["dest-device"] == true,
+        "{feat}"
     );
     for (inner, key) in [
         ("/images/pxeboot/vmlinuz", "live-kernel"),
@@ -942,10 +946,13 @@ fn sigint_while_squashing_leaves_nothing() {
     interrupt_live_at("squashfs", libc::SIGINT, 130, |_, cache| {
         let mounts = must(Command::new("findmnt").args(["-rn", "-o", "TARGET"]));
         let c = cache.to_string_lossy().to_string();
+        // The live root tree (SPEC 5.1): the base root, its bind mount,
+        // the repo config without readonly=true over it, and a copy of the
+        // boot filesystem on its /boot (the base's boot is unmounted).
         assert_eq!(
             mounts.lines().filter(|l| l.starts_with(&c)).count(),
-            2,
-            "root and boot are mounted while the squashfs is made"
+            4,
+            "root, the live tree, its repo config and its /boot are mounted while the squashfs is made:\n{mounts}"
         );
     });
 }

@@ -728,3 +728,52 @@ fn live_without_metal_says_the_rootfs_has_no_osmet() {
     assert_eq!(names, ["root.squashfs", "etc", "etc/coreos-live-rootfs"]);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn a_wrong_extent_map_fails_the_run_and_writes_nothing() {
+    // A real filesystem does not give a wrong map, so the map is made wrong
+    // on purpose (BOOTIMAGE_GEN_FAULT=stale-extent-map moves one root
+    // extent by a block): the packer must notice that the image's bytes
+    // are not the object's, name it, and publish nothing (the osmet files
+    // are packed before any artifact is written).
+    let root = top().join("target/tmp/live-offline-stale");
+    let _ = std::fs::remove_dir_all(&root);
+    let out = root.join("out");
+    let cache = root.join("cache");
+    let o = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+        .args(["generate", &oci("release"), "metal", "live", "-o"])
+        .arg(&out)
+        .env("BOOTIMAGE_GEN_CACHE_DIR", &cache)
+        .env("HOME", &cache)
+        .env("BOOTIMAGE_GEN_FAULT", "stale-extent-map")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let l = lines[0];
+    assert!(l.contains("osmet file of metal"), "{l}");
+    assert!(l.contains("ostree object") && l.contains("stale"), "{l}");
+    assert!(!err.contains("panicked"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "output dir holds {left:?}");
+    let r = root.to_string_lossy().to_string();
+    let loops = must(Command::new("losetup").args(["-l", "-n", "-O", "NAME,BACK-FILE"]));
+    assert!(!loops.contains(&r), "loop devices left: {loops}");
+    let mounts = must(Command::new("findmnt").args(["-rn", "-o", "TARGET"]));
+    assert!(
+        !mounts.lines().any(|m| m.starts_with(&r)),
+        "mounts left: {mounts}"
+    );
+    let tmp: Vec<_> = std::fs::read_dir(cache.join("tmp"))
+        .map(|rd| rd.collect())
+        .unwrap_or_default();
+    assert!(tmp.is_empty(), "cache tmp holds {tmp:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}

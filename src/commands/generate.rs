@@ -15,7 +15,7 @@ use crate::oscontainer::{OsFormat, OsInfo};
 use crate::plan::{Plan, PlanArtifact, PlanInput, LIVE};
 use crate::platforms::{self, PlatformSpec};
 use crate::util::{cancel, progress::Reporter};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -161,6 +161,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         _ => backend::vm::run(&job, &a.vm, plan.backend.name, &loaded.cache.dir, &reporter)?,
     };
     let base = Base::open(out, job.disk.metal_size)?;
+    let osmets = b.pack_osmets(&base)?;
     let mut m = new_meta;
     // Live last: its rootfs holds the osmet files of the metal images.
     let (live_arts, disk_arts): (Vec<&PlanArtifact>, Vec<&PlanArtifact>) =
@@ -168,7 +169,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     for art in disk_arts.into_iter().chain(live_arts) {
         cancel::check()?;
         if art.live.is_some() {
-            for (key, entry) in b.live_artifacts(&base, art, &m.images)? {
+            for (key, entry) in b.live_artifacts(&base, art, &osmets, &m.images)? {
                 m.images.insert(key, entry);
             }
             if let Some(o) = &b.erofs {
@@ -726,6 +727,16 @@ fn start_meta(plan: &Plan, os: &OsInfo, r: &crate::release::resolve::Resolved) -
     m
 }
 
+/// An osmet file packed for a metal image (SPEC 5.1).
+struct Osmet {
+    /// Its name in rootfs.img and where it is.
+    name: String,
+    path: PathBuf,
+    /// meta.json key of the image and that image's sha256.
+    meta_key: String,
+    sha256: String,
+}
+
 /// The base disk, ready for deriving.
 pub struct Base {
     path: PathBuf,
@@ -866,6 +877,7 @@ impl Builder<'_> {
         &self,
         base: &Base,
         art: &PlanArtifact,
+        osmets: &[Osmet],
         done_images: &std::collections::BTreeMap<String, ImageEntry>,
     ) -> Result<Vec<(String, ImageEntry)>> {
         let l = art.live.as_ref().context("live plan")?;
@@ -874,7 +886,7 @@ impl Builder<'_> {
         for n in &st.notes {
             self.r.note(n);
         }
-        self.live_rootfs_and_initramfs(base, st, done_images)?;
+        self.live_rootfs_and_initramfs(st, osmets, done_images)?;
         let temp = |name: &str| {
             tempfile::Builder::new()
                 .prefix(&format!(".{name}."))
@@ -968,25 +980,29 @@ impl Builder<'_> {
         Ok(out)
     }
 
-    /// rootfs.img (the root image, the version stamp and an osmet file per
-    /// planned metal image) and the live initramfs (the OS's, then the live
-    /// files with the rootfs's stream hash), SPEC 5.1.
-    fn live_rootfs_and_initramfs(
-        &self,
-        base: &Base,
-        st: &LiveStage,
-        done_images: &std::collections::BTreeMap<String, ImageEntry>,
-    ) -> Result<()> {
+    /// The osmet file of each planned metal image (SPEC 5.1), packed right
+    /// after the disk job, before anything is published: a map that does
+    /// not fit the image fails the run with nothing written.
+    fn pack_osmets(&self, base: &Base) -> Result<Vec<Osmet>> {
         use live::osmet;
-        let mtime = u32::try_from(self.os.timestamp.max(0)).unwrap_or(u32::MAX);
+        let Some(st) = base.live.as_ref() else {
+            return Ok(Vec::new());
+        };
         let map_path = base
             .extent_map
             .as_ref()
             .context("extent map of the base disk")?;
-        let map: osmet::ExtentMap = serde_json::from_slice(
+        let mut map: osmet::ExtentMap = serde_json::from_slice(
             &std::fs::read(map_path).with_context(|| format!("reading {}", map_path.display()))?,
         )
         .with_context(|| format!("parsing {}", map_path.display()))?;
+        // Fault injection for the tests (a real filesystem does not give a
+        // wrong map): point a root extent one block further into its object.
+        if std::env::var(osmet::FAULT_ENV).is_ok_and(|v| v == osmet::FAULT_STALE_MAP) {
+            if let Some(m) = map.root.iter_mut().find(|m| m.extent.length >= 8192) {
+                m.extent.logical += 4096;
+            }
+        }
         let description = match osmet::description(&self.os.os_release) {
             Some(d) => d,
             None => {
@@ -998,7 +1014,6 @@ impl Builder<'_> {
             }
         };
         let app = format!("bootimage-gen {}", env!("CARGO_PKG_VERSION"));
-        let mut extras = Vec::new();
         let metals: Vec<&PlanArtifact> = self
             .plan
             .artifacts
@@ -1008,14 +1023,14 @@ impl Builder<'_> {
         if metals.is_empty() {
             self.r.note("live: neither metal nor metal4k is built in this run, so rootfs.img carries no osmet file and `coreos-installer install` from the live system needs the network");
         }
+        let mut out = Vec::new();
         for art in metals {
             let step = self.r.step(format!("osmet {}", art.platform));
             let patches = self.disk_patches(base, art)?;
             let base_view = FileView::open(&base.path)?;
             let view = Composite::new(&base_view, art.disk_size.context("disk size")?, patches)?;
-            let layout = &base.layout;
             let part = |name: &str| {
-                let p = layout.part(name);
+                let p = base.layout.part(name);
                 (p.start, p.start + p.size)
             };
             let (bs, be) = part("boot");
@@ -1038,12 +1053,7 @@ impl Builder<'_> {
                 .find_map(|x| art.file.strip_suffix(x))
                 .unwrap_or(&art.file);
             let name = format!("{raw}.osmet");
-            let out = st.dir.join(&name);
-            let expect = done_images.get(&art.meta_key).map(|e| {
-                e.uncompressed_sha256
-                    .clone()
-                    .unwrap_or_else(|| e.sha256.clone())
-            });
+            let path = st.dir.join(&name);
             let s = osmet::pack(
                 &view,
                 &parts,
@@ -1054,9 +1064,8 @@ impl Builder<'_> {
                     os_description: &description,
                     os_architecture: &self.plan.release.arch,
                 },
-                expect.as_deref(),
-                crate::util::threads(self.threads) as u32,
-                &out,
+                None,
+                &path,
             )
             .with_context(|| format!("packing the osmet file of {}", art.platform))?;
             step.done(&format!(
@@ -1069,8 +1078,44 @@ impl Builder<'_> {
                 s.packed_xz as f64 / (1u64 << 20) as f64,
                 s.seconds
             ));
-            extras.push((name, out));
+            out.push(Osmet {
+                name,
+                path,
+                meta_key: art.meta_key.clone(),
+                sha256: s.image_sha256,
+            });
         }
+        Ok(out)
+    }
+
+    /// rootfs.img (the root image, the version stamp and the osmet files)
+    /// and the live initramfs (the OS's, then the live files with the
+    /// rootfs's stream hash), SPEC 5.1. Each osmet file must describe the
+    /// metal image published in this run.
+    fn live_rootfs_and_initramfs(
+        &self,
+        st: &LiveStage,
+        osmets: &[Osmet],
+        done_images: &std::collections::BTreeMap<String, ImageEntry>,
+    ) -> Result<()> {
+        let mtime = u32::try_from(self.os.timestamp.max(0)).unwrap_or(u32::MAX);
+        for o in osmets {
+            let e = done_images
+                .get(&o.meta_key)
+                .with_context(|| format!("{} was not published", o.meta_key))?;
+            let published = e.uncompressed_sha256.as_ref().unwrap_or(&e.sha256);
+            ensure!(
+                *published == o.sha256,
+                "{} describes an image with sha256 {}, but the published {} has {published}",
+                o.name,
+                o.sha256,
+                o.meta_key
+            );
+        }
+        let extras: Vec<(String, PathBuf)> = osmets
+            .iter()
+            .map(|o| (o.name.clone(), o.path.clone()))
+            .collect();
         let step = self.r.step("live-rootfs.img");
         live::write_rootfs_img(&st.root_image, &self.os.version, &extras, &st.rootfs, mtime)?;
         for (_, p) in &extras {

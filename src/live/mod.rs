@@ -14,6 +14,7 @@ pub mod erofs;
 pub mod iso;
 pub mod miniso;
 pub mod osmet;
+pub mod xzblocks;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;

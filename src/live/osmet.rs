@@ -46,6 +46,12 @@ pub const BOOT_FILE_MIN: u64 = 1024;
 /// `coreos-live{iso,pxe}-persist-osmet.service`), and where
 /// `coreos-installer install` looks for them.
 pub const LIVE_OSMET_DIR: &str = "/run/coreos-installer/osmet";
+/// Fault injection for the tests: with `BOOTIMAGE_GEN_FAULT=stale-extent-map`
+/// one root extent of the map points a block further into its object
+/// before packing (a real filesystem does not
+/// give one), to check that a wrong map fails the run and writes nothing.
+pub const FAULT_ENV: &str = "BOOTIMAGE_GEN_FAULT";
+pub const FAULT_STALE_MAP: &str = "stale-extent-map";
 /// The os-release(5) default for an unset `PRETTY_NAME`.
 pub const PRETTY_NAME_DEFAULT: &str = "Linux";
 
@@ -412,11 +418,10 @@ pub struct PackStats {
     pub seconds: f64,
 }
 
-/// xz preset of the packed image. coreos-installer uses 9, or 0 with
-/// `--fast`; the reader accepts any. The packed image is mostly the free
-/// space of the root filesystem (zeros): preset 9 takes 22 s per GiB of
-/// zeros on 2 cores, preset 0 6 s, for files a few hundred KiB larger.
-pub const XZ_PRESET: u32 = 0;
+/// The packed image is xz'd by [`super::xzblocks`]: preset 9 as
+/// coreos-installer's `pack osmet` (0 with `--fast`), in independent blocks
+/// so that the free space (zeros) costs one compressed block, reused; plain
+/// liblzma takes 22 s per GiB of zeros at preset 9 on 2 cores (6 s at 0).
 const CHUNK: usize = 4 << 20;
 
 /// The parts of an image: `(start, end, mapping or None)` in order.
@@ -474,10 +479,9 @@ pub fn pack(
     objects: &Path,
     header: &Header,
     expect_sha256: Option<&str>,
-    threads: u32,
     out: &Path,
 ) -> Result<PackStats> {
-    let r = pack_inner(image, parts, objects, header, expect_sha256, threads, out);
+    let r = pack_inner(image, parts, objects, header, expect_sha256, out);
     if r.is_err() {
         // Never leave a half-written or wrong osmet file behind.
         let _ = std::fs::remove_file(out);
@@ -491,7 +495,6 @@ fn pack_inner(
     objects: &Path,
     header: &Header,
     expect_sha256: Option<&str>,
-    threads: u32,
     out: &Path,
 ) -> Result<PackStats> {
     let started = std::time::Instant::now();
@@ -506,13 +509,7 @@ fn pack_inner(
         .with_context(|| format!("creating {}", out.display()))?;
     f.write_all(&head)?;
     f.write_all(&table)?;
-    let stream = xz2::stream::MtStreamBuilder::new()
-        .preset(XZ_PRESET)
-        .threads(threads.max(1))
-        .encoder()
-        .context("setting up the xz encoder")?;
-    let mut xz =
-        xz2::write::XzEncoder::new_stream(std::io::BufWriter::with_capacity(1 << 20, f), stream);
+    let mut xz = super::xzblocks::XzBlocks::new(std::io::BufWriter::with_capacity(1 << 20, f));
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut obuf = vec![0u8; CHUNK];
@@ -575,10 +572,9 @@ fn pack_inner(
             }
         }
     }
-    xz.try_finish().context("finishing the xz stream")?;
-    st.packed_xz = xz.total_out();
-    let mut f = xz
-        .finish()?
+    let (w, _, xz_out) = xz.finish().context("finishing the xz stream")?;
+    st.packed_xz = xz_out;
+    let mut f = w
         .into_inner()
         .map_err(|e| e.into_error())
         .context("flushing the osmet file")?;
@@ -721,7 +717,7 @@ mod tests {
             os_architecture: "x86_64",
         };
         let out = d.path().join("x.osmet");
-        let st = pack(&view, &parts, &objects, &h, None, 1, &out).unwrap();
+        let st = pack(&view, &parts, &objects, &h, None, &out).unwrap();
         assert_eq!(st.mapped, 4096);
         assert_eq!(st.packed, (64 << 10) - 4096);
         assert_eq!(st.image_sha256, hex::encode(Sha256::digest(&img)));
@@ -735,7 +731,7 @@ mod tests {
         let out2 = d.path().join("y.osmet");
         let e = format!(
             "{:#}",
-            pack(&view, &parts, &objects, &h, None, 1, &out2).unwrap_err()
+            pack(&view, &parts, &objects, &h, None, &out2).unwrap_err()
         );
         assert!(e.contains(&obj) && e.contains("stale"), "{e}");
         assert!(!out2.exists(), "a refused osmet file is removed");
@@ -743,7 +739,7 @@ mod tests {
         img[8192] = b'h';
         std::fs::write(&ip, &img).unwrap();
         let view = crate::io::view::FileView::open(&ip).unwrap();
-        let e = pack(&view, &parts, &objects, &h, Some("00"), 1, &out2).unwrap_err();
+        let e = pack(&view, &parts, &objects, &h, Some("00"), &out2).unwrap_err();
         assert!(format!("{e:#}").contains("published image"), "{e:#}");
         assert!(!out2.exists());
     }
