@@ -578,7 +578,12 @@ struct LiveTreeGuards {
 }
 
 impl LiveTreeGuards {
+    /// Unmount and detach, reporting errors. After a signal the command
+    /// wrapper refuses to run: the guards' own best-effort drops do it.
     fn close(mut self) -> Result<()> {
+        if cancel::pending().is_some() {
+            return Ok(()); // Drop below
+        }
         let mut first: Option<anyhow::Error> = None;
         if let Some(b) = self.boot.take() {
             if let Err(e) = b.close() {
@@ -590,11 +595,21 @@ impl LiveTreeGuards {
                 first.get_or_insert(e);
             }
         }
-        std::fs::remove_file(&self.boot_img).ok();
         match first {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for LiveTreeGuards {
+    /// Innermost first: the boot copy, then the repo config, then the tree.
+    fn drop(&mut self) {
+        drop(self.boot.take());
+        while let Some(m) = self.mounts.pop() {
+            drop(m);
+        }
+        std::fs::remove_file(&self.boot_img).ok();
     }
 }
 
