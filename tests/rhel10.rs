@@ -284,10 +284,10 @@ fn erofs_rs_reads_every_file_back() {
         let v = if e.inode.is_dir() {
             "dir".to_string()
         } else if e.inode.is_symlink() {
-            let t = fs.read_link_inode(e.inode.clone()).expect("symlink target");
+            let t = fs.read_link_inode(e.inode).expect("symlink target");
             format!("-> {}", t.to_string_lossy())
         } else if e.inode.is_file() {
-            let mut f = fs.open_inode_file(e.inode.clone()).expect("open file");
+            let mut f = fs.open_inode_file(e.inode).expect("open file");
             let mut buf = Vec::new();
             f.read_to_end(&mut buf)
                 .unwrap_or_else(|err| panic!("erofs-rs reading {path}: {err}"));
