@@ -53,21 +53,8 @@ pub const IMAGE_KEY_LIVE_KERNEL: &str = "live-kernel";
 pub const IMAGE_KEY_LIVE_INITRAMFS: &str = "live-initramfs";
 pub const IMAGE_KEY_LIVE_ROOTFS: &str = "live-rootfs";
 
-/// The `images` keys this tool writes (SPEC 6.1), all defined by cosa's schema.
-pub const IMAGE_KEYS: &[&str] = &[
-    "metal",
-    "metal4k",
-    "qemu",
-    "openstack",
-    "aws",
-    "vmware",
-    "azure",
-    "gcp",
-    "live-iso",
-    "live-kernel",
-    "live-initramfs",
-    "live-rootfs",
-];
+// The `images` keys this tool writes (SPEC 6.1, all defined by cosa's
+// schema) come from the platform table: [`crate::platforms::meta_keys`].
 
 /// Build metadata, serialised exactly as cosa's `meta.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

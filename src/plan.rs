@@ -4,7 +4,7 @@ use crate::backend::Chosen;
 use crate::disk::layout::{Layout, MIB};
 use crate::io::compress::Compressor;
 use crate::oscontainer::OsInfo;
-use crate::platforms::{PlatformSpec, GRUB_SERIAL};
+use crate::platforms::{PlatformSpec, GIB, GRUB_SERIAL};
 use crate::release::resolve::Resolved;
 use anyhow::Result;
 use serde::Serialize;
@@ -14,8 +14,6 @@ use std::path::PathBuf;
 pub const ROOT_HEADROOM_PERCENT: u64 = 35;
 /// Smallest root partition: mkfs.xfs refuses filesystems under 300 MB.
 pub const MIN_ROOT: u64 = 512 * MIB;
-/// GiB, the unit of `image.json size`.
-pub const GIB: u64 = 1 << 30;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -72,6 +70,9 @@ pub struct PlanDisk {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanArtifact {
+    /// The platform's row of the table.
+    #[serde(skip)]
+    pub spec: &'static PlatformSpec,
     pub platform: String,
     pub ignition_platform_id: String,
     /// meta.json `images` key.
@@ -79,6 +80,9 @@ pub struct PlanArtifact {
     /// Final file name in the output directory.
     pub file: String,
     pub format: String,
+    /// stream.json place: `artifacts.<stream_platform>.formats.<stream_format>`.
+    pub stream_platform: String,
+    pub stream_format: String,
     pub sector_size: u64,
     pub bios: bool,
     pub disk_size: Option<u64>,
@@ -104,9 +108,6 @@ pub struct PlanLive {
     pub initramfs: String,
     pub rootfs: String,
 }
-
-/// The platform that makes the live ISO and PXE files.
-pub const LIVE: &str = "live";
 
 /// Live artifact names (cosa): `<name>-<version>-live-iso.<arch>.iso`,
 /// `-live-kernel.<arch>`, `-live-initramfs.<arch>.img`, `-live-rootfs.<arch>.img`.
@@ -176,24 +177,6 @@ pub fn console(
     ))
 }
 
-/// Artifact file name (SPEC 3): `<name>-<version>-<platform>.<arch>.<ext>[.<compression>]`.
-pub fn artifact_name(
-    name: &str,
-    version: &str,
-    spec: &PlatformSpec,
-    arch: &str,
-    c: Compressor,
-) -> String {
-    let mut f = format!("{name}-{version}-{}.{arch}.{}", spec.name, spec.extension);
-    if spec.compressed {
-        if let Some(e) = c.extension() {
-            f.push('.');
-            f.push_str(e);
-        }
-    }
-    f
-}
-
 /// Everything needed to build the plan.
 pub struct PlanInput<'a> {
     pub resolved: &'a Resolved,
@@ -254,15 +237,11 @@ impl Plan {
         let mut artifacts = Vec::new();
         for spec in i.platforms {
             let (kargs, grub_commands, console_source) = console(spec, i.os, &arch)?;
-            let sector_size = if spec.name == "metal4k" { 4096 } else { 512 };
-            let disk_size = disk.as_ref().map(|d| {
-                if spec.name.starts_with("metal") {
-                    d.metal_size
-                } else {
-                    d.cloud_size
-                }
-            });
-            let live = if spec.name == LIVE {
+            let sector_size = spec.sector_size;
+            let disk_size = disk
+                .as_ref()
+                .map(|d| spec.disk_size(d.metal_size, d.cloud_size));
+            let live = if spec.is_live() {
                 let [iso, kernel, initramfs, rootfs] = live_names(&name, &version, &arch);
                 let volume_id = crate::live::volume_id(&name, &version);
                 let kargs = match &disk {
@@ -286,26 +265,24 @@ impl Plan {
                 None
             };
             artifacts.push(PlanArtifact {
+                spec,
                 platform: spec.name.to_string(),
                 ignition_platform_id: spec.ignition_id.to_string(),
-                meta_key: if live.is_some() {
-                    crate::meta::IMAGE_KEY_LIVE_ISO.to_string()
-                } else {
-                    spec.name.to_string()
-                },
+                meta_key: spec.meta_key.to_string(),
                 file: match &live {
                     Some(l) => l.iso.clone(),
-                    None => artifact_name(&name, &version, spec, &arch, compressor),
+                    None => spec.file_name(&name, &version, &arch, compressor),
                 },
-                format: spec.format.to_string(),
+                format: spec.format.describe().to_string(),
+                stream_platform: spec.stream_platform.to_string(),
+                stream_format: spec.stream_format(compressor),
                 sector_size,
-                // The live ISO boots BIOS with ISOLINUX, not the OS's GRUB.
-                bios: sector_size == 512 && live.is_none(),
+                bios: spec.bios(),
                 disk_size,
                 kargs,
                 grub_commands,
                 console_source,
-                compressed: spec.compressed && compressor != Compressor::None,
+                compressed: spec.compressed_with(compressor),
                 live,
             });
         }
@@ -354,18 +331,5 @@ mod tests {
         assert_eq!(cloud, GIB.max(metal));
         let (_, metal, cloud) = disk_sizes(20 << 30, 16);
         assert_eq!(cloud, metal, "a cloud disk never shrinks below the content");
-    }
-    #[test]
-    fn names() {
-        let m = crate::platforms::find("metal").unwrap();
-        assert_eq!(
-            artifact_name("rhcos", "418.94.1", m, "x86_64", Compressor::Gzip),
-            "rhcos-418.94.1-metal.x86_64.raw.gz"
-        );
-        let q = crate::platforms::find("qemu").unwrap();
-        assert_eq!(
-            artifact_name("fedora-coreos", "40.1", q, "x86_64", Compressor::None),
-            "fedora-coreos-40.1-qemu.x86_64.qcow2"
-        );
     }
 }

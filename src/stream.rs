@@ -16,10 +16,13 @@
 //! ```
 //!
 //! [`from_meta`] maps a build's `meta.json` images the way cosa's release
-//! metadata does: the format key is the file name's suffix after
-//! `<platform>.<arch>.` (`qcow2.gz`, `vmdk.gz`, `ova`, `vhd.gz`, `tar.gz`),
-//! with metal special: `raw.gz`, `4k.raw.gz` (metal4k lives under `metal`),
-//! `iso`, and `pxe` holding `kernel`, `initramfs` and `rootfs`.
+//! metadata does (cosa `src/cmd-generate-release-meta`): each platform's
+//! stream place comes from the platform table ([`crate::platforms`]): the
+//! format key is the artifact suffix (`qcow2.gz`, `vmdk.gz`, `ova`,
+//! `vhd.gz`, `tar.gz`, `ociarchive`), with metal special: `raw.gz`,
+//! `4k.raw.gz` (metal4k lives under `metal`), `iso`, and `pxe` holding
+//! `kernel`, `initramfs` and `rootfs`.
+use crate::io::compress::Compressor;
 use crate::meta::{rfc3339_utc, ImageEntry, Meta};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -131,62 +134,31 @@ pub struct SingleImage {
     pub image: String,
 }
 
-/// Where one meta.json image goes in the stream.
-struct Placement {
-    /// meta.json `images` key.
-    key: &'static str,
-    /// Stream platform.
-    platform: &'static str,
-    /// Format key, or `None` to derive it from the file name.
-    format: Option<&'static str>,
-    /// Prefix of the derived format key.
-    prefix: &'static str,
-    kind: &'static str,
-}
-
-/// meta.json image keys ([`crate::meta::IMAGE_KEYS`]) to stream places, as
-/// cosa's release metadata lays them out (see the fcos-stream.json fixture
-/// of stream-metadata-go: `metal` `4k.raw.xz`, `iso`, `pxe`).
-const PLACEMENTS: &[Placement] = &[
-    Placement::disk("metal", "metal", ""),
-    Placement::disk("metal4k", "metal", "4k."),
-    Placement::disk("qemu", "qemu", ""),
-    Placement::disk("openstack", "openstack", ""),
-    Placement::disk("aws", "aws", ""),
-    Placement::disk("vmware", "vmware", ""),
-    Placement::disk("azure", "azure", ""),
-    Placement::disk("gcp", "gcp", ""),
-    Placement::live("live-iso", "iso", KIND_DISK),
-    Placement::live("live-kernel", "pxe", KIND_KERNEL),
-    Placement::live("live-initramfs", "pxe", KIND_INITRAMFS),
-    Placement::live("live-rootfs", "pxe", KIND_ROOTFS),
-];
-
-impl Placement {
-    const fn disk(key: &'static str, platform: &'static str, prefix: &'static str) -> Self {
-        Placement {
-            key,
-            platform,
-            format: None,
-            prefix,
-            kind: KIND_DISK,
-        }
+/// Where a meta.json image goes in the stream: (platform, format key,
+/// kind), from the platform table; `None` for images without a stream
+/// place (`ostree`, `oci-manifest`). The compression part of a format key
+/// is the compressor whose extension the (compressed) file carries.
+fn place(key: &str, entry: &ImageEntry) -> Option<(String, String, &'static str)> {
+    if let Some(&(_, format, kind)) = crate::platforms::LIVE_PLACES.iter().find(|l| l.0 == key) {
+        let metal = crate::platforms::find("metal")?.stream_platform;
+        return Some((metal.to_string(), format.to_string(), kind));
     }
-
-    const fn live(key: &'static str, format: &'static str, kind: &'static str) -> Self {
-        Placement {
-            key,
-            platform: "metal",
-            format: Some(format),
-            prefix: "",
-            kind,
-        }
-    }
+    let spec = crate::platforms::by_meta_key(key)?;
+    let compressor = if entry.uncompressed_sha256.is_some() {
+        Compressor::of_file(&entry.path)
+    } else {
+        Compressor::None
+    };
+    Some((
+        spec.stream_platform.to_string(),
+        spec.stream_format(compressor),
+        KIND_DISK,
+    ))
 }
 
 /// The stream for one build: every image of `meta` that has a stream
-/// place (the keys of [`crate::meta::IMAGE_KEYS`]; others such as `ostree`
-/// are left out) under `meta`'s architecture, `release` being the OS
+/// place (the platform table's meta keys; others such as `ostree` are
+/// left out) under `meta`'s architecture, `release` being the OS
 /// version. Locations are `base_url/<file>` or the bare file name.
 ///
 /// `images.aws.regions` holds `pinned_amis`, given as `(region, ami id,
@@ -205,23 +177,12 @@ pub fn from_meta(
     let release = meta.ostree_version.clone();
     let arch_name = meta.coreos_assembler.basearch.clone();
     let mut artifacts: BTreeMap<String, PlatformArtifacts> = BTreeMap::new();
-    for p in PLACEMENTS {
-        let Some(entry) = meta.images.get(p.key) else {
+    for (key, entry) in &meta.images {
+        let Some((platform, format, kind)) = place(key, entry) else {
             continue;
         };
-        let format = match p.format {
-            Some(f) => f.to_string(),
-            None => {
-                let suffix = format_suffix(&entry.path, p.key, &arch_name);
-                if suffix.starts_with(p.prefix) {
-                    suffix
-                } else {
-                    format!("{}{suffix}", p.prefix)
-                }
-            }
-        };
         artifacts
-            .entry(p.platform.to_string())
+            .entry(platform)
             .or_insert_with(|| PlatformArtifacts {
                 release: release.clone(),
                 formats: BTreeMap::new(),
@@ -229,7 +190,7 @@ pub fn from_meta(
             .formats
             .entry(format)
             .or_default()
-            .insert(p.kind.to_string(), artifact(entry, base_url));
+            .insert(kind.to_string(), artifact(entry, base_url));
     }
 
     let mut regions: BTreeMap<String, SingleImage> = pinned_amis
@@ -303,26 +264,6 @@ fn artifact(entry: &ImageEntry, base_url: Option<&str>) -> Artifact {
     }
 }
 
-/// The format key of a disk file: what follows `<key>.<arch>.` in
-/// `<name>-<version>-<key>.<arch>.<ext>` (`raw.gz`, `qcow2.gz`, `ova`).
-/// Names not in that form fall back to what follows the last `.<arch>.`,
-/// then to everything after the first dot.
-fn format_suffix(path: &str, key: &str, arch: &str) -> String {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    let marker = format!("-{key}.{arch}.");
-    if let Some(i) = file.rfind(&marker) {
-        return file[i + marker.len()..].to_string();
-    }
-    let marker = format!(".{arch}.");
-    if let Some(i) = file.rfind(&marker) {
-        return file[i + marker.len()..].to_string();
-    }
-    match file.split_once('.') {
-        Some((_, ext)) if !ext.is_empty() => ext.to_string(),
-        _ => file.to_string(),
-    }
-}
-
 /// Writes `dir/stream.json` atomically (temporary file in `dir`, fsync,
 /// mode 0644, rename, fsync of `dir`), pretty-printed with a final newline.
 pub fn write_stream(dir: &Path, stream: &Stream) -> Result<()> {
@@ -341,7 +282,8 @@ pub fn read_stream(dir: &Path) -> Result<Stream> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::{Ami, IMAGE_KEYS};
+    use crate::meta::Ami;
+    use crate::platforms::meta_keys;
 
     const V: &str = "418.94.202501221327-0";
 
@@ -358,19 +300,23 @@ mod tests {
             "vmware" => format!("rhcos-{V}-vmware.x86_64.ova"),
             "azure" => format!("rhcos-{V}-azure.x86_64.vhd.gz"),
             "gcp" => format!("rhcos-{V}-gcp.x86_64.tar.gz"),
+            "live" => unreachable!(),
             "live-iso" => format!("rhcos-{V}-live.x86_64.iso"),
             "live-kernel" => format!("rhcos-{V}-live-kernel-x86_64"),
             "live-initramfs" => format!("rhcos-{V}-live-initramfs.x86_64.img"),
             "live-rootfs" => format!("rhcos-{V}-live-rootfs.x86_64.img"),
-            _ => unreachable!("{key}"),
+            k => {
+                let p = crate::platforms::by_meta_key(k).unwrap();
+                p.file_name("rhcos", V, "x86_64", Compressor::Gzip)
+            }
         }
     }
 
     fn full_meta() -> Meta {
         let mut m = Meta::new("rhcos", V, &hash('c'), "2025-01-22T13:27:00Z", "x86_64");
         m.coreos_assembler.build_timestamp = Some("2025-02-01T10:00:00Z".into());
-        for (i, key) in IMAGE_KEYS.iter().enumerate() {
-            let c = char::from(b'a' + i as u8);
+        for (i, key) in meta_keys().iter().enumerate() {
+            let c = char::from(b'a' + (i % 26) as u8);
             let compressed = file_name(key).ends_with(".gz");
             m.images.insert(
                 key.to_string(),
@@ -400,8 +346,9 @@ mod tests {
 
     #[test]
     fn every_image_key_has_a_place() {
-        for key in IMAGE_KEYS {
-            assert!(PLACEMENTS.iter().any(|p| p.key == *key), "{key}");
+        let m = full_meta();
+        for key in meta_keys() {
+            assert!(place(key, &m.images[key]).is_some(), "{key}");
         }
     }
 
@@ -443,7 +390,23 @@ mod tests {
         .iter()
         .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
         .collect();
-        assert_eq!(got, want, "ostree is not a stream artifact");
+        for w in &want {
+            assert!(got.contains(w), "{w:?} missing from {got:?}");
+        }
+        assert_eq!(
+            got.len(),
+            meta_keys().len(),
+            "ostree is not a stream artifact"
+        );
+        for (p, f) in [
+            ("azurestack", "vhd.gz"),
+            ("ibmcloud", "qcow2.gz"),
+            ("kubevirt", "ociarchive"),
+            ("nutanix", "qcow2"),
+            ("virtualbox", "ova"),
+        ] {
+            assert!(a.artifacts[p].formats.contains_key(f), "{p} {f}");
+        }
         let k = &a.artifacts["metal"].formats["pxe"]["kernel"];
         assert_eq!(
             k.location,
@@ -536,24 +499,13 @@ mod tests {
     }
 
     #[test]
-    fn suffixes() {
-        assert_eq!(
-            format_suffix("rhcos-1-metal4k.x86_64.raw.gz", "metal4k", "x86_64"),
-            "raw.gz"
-        );
-        assert_eq!(
-            format_suffix("a/b/fcos-1-qemu.aarch64.qcow2.xz", "qemu", "aarch64"),
-            "qcow2.xz"
-        );
-        assert_eq!(format_suffix("x.x86_64.vhd", "azure", "x86_64"), "vhd");
-        assert_eq!(format_suffix("disk.raw.gz", "metal", "x86_64"), "raw.gz");
-        // metal4k keeps one "4k." prefix.
+    fn compression_comes_from_the_file() {
         let mut m = full_meta();
-        m.images.get_mut("metal4k").unwrap().path = format!("rhcos-{V}-metal4k.x86_64.4k.raw.gz");
+        m.images.get_mut("metal4k").unwrap().path = format!("rhcos-{V}-metal4k.x86_64.raw.xz");
         let s = from_meta(&m, "s", None, &[]);
         assert!(s.architectures["x86_64"].artifacts["metal"]
             .formats
-            .contains_key("4k.raw.gz"));
+            .contains_key("4k.raw.xz"));
     }
 
     #[test]

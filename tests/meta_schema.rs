@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::Command;
 
 use bootimage_gen::meta::{
-    self, Ami, ContainerImage, Git, ImageEntry, Meta, IMAGE_KEYS, IMAGE_KEY_OCI_MANIFEST,
-    IMAGE_KEY_OSTREE,
+    self, Ami, ContainerImage, Git, ImageEntry, Meta, IMAGE_KEY_OCI_MANIFEST, IMAGE_KEY_OSTREE,
 };
+use bootimage_gen::platforms;
 use serde_json::Value;
 
 const SCHEMA: &str = concat!(
@@ -74,27 +74,25 @@ fn full_meta() -> Meta {
     m.summary = Some("Red Hat Enterprise Linux CoreOS".into());
     m.ostree_content_checksum = Some(hash("content"));
 
+    // Every key of the platform table, named as the table names it.
     let ext = |key: &str| match key {
-        "metal" => ("metal", "raw.gz", true),
-        "metal4k" => ("metal4k", "raw.gz", true),
-        "qemu" => ("qemu", "qcow2.gz", true),
-        "openstack" => ("openstack", "qcow2.gz", true),
-        "aws" => ("aws", "vmdk.gz", true),
-        "vmware" => ("vmware", "ova", false),
-        "azure" => ("azure", "vhd.gz", true),
-        "gcp" => ("gcp", "tar.gz", false),
-        "live-iso" => ("live", "iso", false),
-        "live-kernel" => ("live-kernel", "", false),
-        "live-initramfs" => ("live-initramfs", "img", false),
-        "live-rootfs" => ("live-rootfs", "img", false),
-        other => panic!("no file name for {other}"),
+        "live-iso" => ("live".to_string(), "iso".to_string(), false),
+        "live-kernel" => ("live-kernel".into(), String::new(), false),
+        "live-initramfs" => ("live-initramfs".into(), "img".into(), false),
+        "live-rootfs" => ("live-rootfs".into(), "img".into(), false),
+        other => {
+            let p = platforms::by_meta_key(other).expect("a table key");
+            let gz = bootimage_gen::io::compress::Compressor::Gzip;
+            (p.name.to_string(), p.suffix(gz), p.compressed_with(gz))
+        }
     };
-    for key in IMAGE_KEYS {
+    let keys = platforms::meta_keys();
+    for key in &keys {
         let (platform, ext, compressed) = ext(key);
         let path = if ext.is_empty() {
             format!("{NAME}-{VERSION}-{platform}.{ARCH}")
         } else {
-            file_name(platform, ext)
+            file_name(&platform, &ext)
         };
         let entry = if compressed {
             ImageEntry {
@@ -174,7 +172,7 @@ fn full_meta_validates_against_cosa_schema() {
     );
     // every SPEC 6.1 key made it into the document
     let images = json["images"].as_object().unwrap();
-    for key in IMAGE_KEYS {
+    for key in &platforms::meta_keys() {
         assert!(images.contains_key(*key), "images.{key} missing");
     }
     assert_eq!(json["amis"].as_array().unwrap().len(), 2);

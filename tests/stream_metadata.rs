@@ -1,7 +1,7 @@
 //! The stream.json we write, read back by an independent reader: the
 //! `coreos-stream-metadata` crate (coreos/stream-metadata-rust), which
 //! installers and tools use to find CoreOS artifacts.
-use bootimage_gen::meta::{Ami, ImageEntry, Meta, IMAGE_KEYS};
+use bootimage_gen::meta::{Ami, ImageEntry, Meta};
 use bootimage_gen::stream::{from_meta, read_stream, write_stream, STREAM_JSON};
 use coreos_stream_metadata::Stream as UpstreamStream;
 
@@ -79,6 +79,97 @@ fn table() -> Vec<(
             "disk",
         ),
         (
+            "azurestack",
+            format!("rhcos-{V}-azurestack.x86_64.vhd.gz"),
+            "azurestack",
+            "vhd.gz",
+            "disk",
+        ),
+        (
+            "ibmcloud",
+            format!("rhcos-{V}-ibmcloud.x86_64.qcow2.gz"),
+            "ibmcloud",
+            "qcow2.gz",
+            "disk",
+        ),
+        (
+            "kubevirt",
+            format!("rhcos-{V}-kubevirt.x86_64.ociarchive"),
+            "kubevirt",
+            "ociarchive",
+            "disk",
+        ),
+        (
+            "nutanix",
+            format!("rhcos-{V}-nutanix.x86_64.qcow2"),
+            "nutanix",
+            "qcow2",
+            "disk",
+        ),
+        (
+            "oraclecloud",
+            format!("rhcos-{V}-oraclecloud.x86_64.qcow2.gz"),
+            "oraclecloud",
+            "qcow2.gz",
+            "disk",
+        ),
+        (
+            "virtualbox",
+            format!("rhcos-{V}-virtualbox.x86_64.ova"),
+            "virtualbox",
+            "ova",
+            "disk",
+        ),
+        (
+            "aliyun",
+            format!("rhcos-{V}-aliyun.x86_64.qcow2.gz"),
+            "aliyun",
+            "qcow2.gz",
+            "disk",
+        ),
+        (
+            "digitalocean",
+            format!("rhcos-{V}-digitalocean.x86_64.qcow2.gz"),
+            "digitalocean",
+            "qcow2.gz",
+            "disk",
+        ),
+        (
+            "exoscale",
+            format!("rhcos-{V}-exoscale.x86_64.qcow2.gz"),
+            "exoscale",
+            "qcow2.gz",
+            "disk",
+        ),
+        (
+            "proxmoxve",
+            format!("rhcos-{V}-proxmoxve.x86_64.qcow2.gz"),
+            "proxmoxve",
+            "qcow2.gz",
+            "disk",
+        ),
+        (
+            "applehv",
+            format!("rhcos-{V}-applehv.x86_64.raw.gz"),
+            "applehv",
+            "raw.gz",
+            "disk",
+        ),
+        (
+            "hetzner",
+            format!("rhcos-{V}-hetzner.x86_64.raw.gz"),
+            "hetzner",
+            "raw.gz",
+            "disk",
+        ),
+        (
+            "vultr",
+            format!("rhcos-{V}-vultr.x86_64.raw.gz"),
+            "vultr",
+            "raw.gz",
+            "disk",
+        ),
+        (
             "live-iso",
             format!("rhcos-{V}-live.x86_64.iso"),
             "metal",
@@ -143,8 +234,11 @@ fn meta() -> Meta {
 /// and check every artifact and AMI.
 fn check(base: Option<&str>) {
     // Every image key the tool writes is in the table.
-    let keys: Vec<&str> = table().iter().map(|t| t.0).collect();
-    assert_eq!(keys, IMAGE_KEYS);
+    let mut keys: Vec<&str> = table().iter().map(|t| t.0).collect();
+    let mut ours = bootimage_gen::platforms::meta_keys();
+    keys.sort();
+    ours.sort();
+    assert_eq!(keys, ours);
 
     let m = meta();
     let pinned = vec![
@@ -186,21 +280,25 @@ fn check(base: Option<&str>) {
         assert_eq!(a.signature, None);
         count += 1;
     }
-    assert_eq!(count, 12);
-    // Nothing else: 7 platforms, metal with its 4 formats.
+    assert_eq!(count, 25);
+    // Nothing else: 20 platforms, metal with its 4 formats.
     let total: usize = arch
         .artifacts
         .values()
         .flat_map(|p| p.formats.values())
         .map(|k| k.len())
         .sum();
-    assert_eq!(total, 12);
-    assert_eq!(arch.artifacts.len(), 7);
+    assert_eq!(total, 25);
+    assert_eq!(arch.artifacts.len(), 20);
     assert_eq!(arch.artifacts["metal"].formats.len(), 4);
 
     // The crate's own query helper.
     let d = up.query_disk("x86_64", "metal", "4k.raw.gz").unwrap();
     assert!(d.location.ends_with("-metal4k.x86_64.raw.gz"));
+    let k = up.query_disk("x86_64", "kubevirt", "ociarchive").unwrap();
+    assert!(k.location.ends_with("-kubevirt.x86_64.ociarchive"));
+    let n = up.query_disk("x86_64", "nutanix", "qcow2").unwrap();
+    assert_eq!(n.uncompressed_sha256, None);
     let q = up.query_disk("x86_64", "qemu", "qcow2.gz").unwrap();
     assert_eq!(q.sha256, hash("qemu", ""));
 

@@ -12,13 +12,16 @@ use crate::io::view::{Composite, DiskView, FileView, Patch};
 use crate::live::{self, iso::Syslinux};
 use crate::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::oscontainer::{OsFormat, OsInfo};
-use crate::plan::{Plan, PlanArtifact, PlanInput, LIVE};
-use crate::platforms::{self, PlatformSpec};
+use crate::plan::{Plan, PlanArtifact, PlanInput};
+use crate::platforms::{self, Format, PlatformSpec};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+/// zlib level of nutanix's compressed qcow2 clusters (QEMU's
+/// `Z_DEFAULT_COMPRESSION`, qcow2-threads.c).
+const QCOW2_DEFLATE_LEVEL: u32 = 6;
 /// [`Composite::shared`] tag of the views over this run's base disk.
 const BASE_TAG: u64 = 1;
 /// Space kept free beyond the estimates.
@@ -29,7 +32,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let specs = parse_platforms(&a.platforms)?;
     let aws_settings = crate::aws::Settings::from_args(&a.aws)?;
     if aws_settings.is_some()
-        && !specs.iter().any(|p| p.name == "aws")
+        && !specs.iter().any(|p| p.name == platforms::AWS)
         && !a.platforms.iter().any(|p| p == ALL)
     {
         bail!(
@@ -66,6 +69,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,
     };
+    check_arch(&specs, &loaded.resolved.arch)?;
+    let named_live = specs.iter().any(|p| p.is_live());
     let mut specs = if a.platforms.iter().any(|p| p == ALL) {
         expand_all(specs, &loaded.resolved, &reporter)
     } else {
@@ -73,11 +78,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     // `all` includes live only when the OS has what it needs; named
     // explicitly, live fails below with the reason instead.
-    if a.platforms.iter().any(|p| p == ALL) && !a.platforms.iter().any(|p| p == LIVE) {
-        if let Some(o) = os.filter(|_| specs.iter().any(|p| p.name == LIVE)) {
+    if a.platforms.iter().any(|p| p == ALL) && !named_live {
+        if let Some(o) = os.filter(|_| specs.iter().any(|p| p.is_live())) {
             if let Err(e) = check_live(&loaded.cache.repo, o) {
-                reporter.note(&format!("all: leaving {LIVE} out: {e:#}"));
-                specs.retain(|p| p.name != LIVE);
+                reporter.note(&format!(
+                    "all: leaving the live ISO and PXE files out: {e:#}"
+                ));
+                specs.retain(|p| !p.is_live());
             }
         }
     }
@@ -208,7 +215,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         });
     }
     let pinned = &loaded.resolved.pinned_amis;
-    if plan.artifacts.iter().any(|x| x.platform == "aws") {
+    if plan.artifacts.iter().any(|x| x.spec.name == platforms::AWS) {
         // The release's own AMIs (SPEC 6.3); their `release` (in stream.json)
         // may be older than the OS built here.
         for p in pinned {
@@ -267,7 +274,7 @@ fn aws_preflight(
     os: &OsInfo,
     r: &Reporter,
 ) -> Result<crate::aws::AmiSpec> {
-    if !plan.artifacts.iter().any(|x| x.platform == "aws") {
+    if !plan.artifacts.iter().any(|x| x.spec.name == platforms::AWS) {
         bail!("--aws-register needs the aws platform, which is not planned (the release's stream does not list it); name aws explicitly");
     }
     let spec = crate::aws::AmiSpec::new(
@@ -302,7 +309,8 @@ fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
         };
         if !p.built {
             bail!(
-                "platform '{n}' is not built by this version yet; built now: {}",
+                "platform '{n}' ({}) is not built by this version yet; built now: {}",
+                p.arches.join(", "),
                 platforms::PLATFORMS
                     .iter()
                     .filter(|p| p.built)
@@ -318,11 +326,25 @@ fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
     Ok(v)
 }
 
+/// Every named platform must exist for the release's architecture.
+fn check_arch(named: &[&'static PlatformSpec], arch: &str) -> Result<()> {
+    if let Some(p) = named.iter().find(|p| !p.exists_for(arch)) {
+        bail!(
+            "platform '{}' does not exist for {arch} (the release's architecture): upstream builds it for {} only; pick another --arch or drop {} (`bootimage-gen platforms` lists them per arch)",
+            p.name,
+            p.arches.join(", "),
+            p.name
+        );
+    }
+    Ok(())
+}
+
 /// `all`: every platform the release's own pinned stream (its
-/// `coreos-bootimages` ConfigMap) lists for the arch, plus `metal4k` and
-/// `live` when it lists `metal`; with no stream for the arch, every platform
-/// this tool builds. A listed platform this tool cannot build is reported as
-/// skipped, never an error. Platforms named explicitly stay.
+/// `coreos-bootimages` ConfigMap) lists for the arch, with the platforms
+/// the stream places under a listed one (metal4k and live under `metal`);
+/// with no stream for the arch, every platform this tool builds for it. A
+/// listed platform this tool cannot build is reported as skipped, never an
+/// error. Platforms named explicitly stay.
 fn expand_all(
     named: Vec<&'static PlatformSpec>,
     resolved: &crate::release::resolve::Resolved,
@@ -338,7 +360,11 @@ fn expand_all(
             let mut skipped = Vec::new();
             for p in list {
                 match platforms::find(p) {
-                    Some(s) if s.built => {}
+                    Some(s) if s.built && s.exists_for(arch) => {}
+                    Some(s) if s.built => skipped.push(format!(
+                        "{p} (this tool builds it for {} only)",
+                        s.arches.join(", ")
+                    )),
                     Some(_) => skipped.push(format!("{p} (not built by this version yet)")),
                     None => skipped.push(format!("{p} (unknown to this version)")),
                 }
@@ -350,21 +376,18 @@ fn expand_all(
                     skipped.join(", ")
                 ));
             }
-            let metal = list.iter().any(|p| p == "metal");
-            platforms::PLATFORMS
-                .iter()
-                .filter(|s| s.built)
-                .filter(|s| {
-                    list.iter().any(|p| p == s.name)
-                        || (metal && (s.name == "metal4k" || s.name == LIVE))
-                })
+            platforms::built_for(arch)
+                .filter(|s| list.iter().any(|p| p == s.name || p == s.stream_platform))
                 .collect()
         }
         None => {
+            let all: Vec<&'static PlatformSpec> = platforms::built_for(arch).collect();
             r.note(&format!(
-                "all: the release pins no stream listing {arch} artifacts: every platform this tool builds"
+                "all: release {} pins no stream listing {arch} artifacts (its coreos-bootimages ConfigMap has none for {arch}), so there is no list of what its installer knows: building every platform this tool builds for {arch}: {}",
+                resolved.release_version,
+                all.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
             ));
-            platforms::PLATFORMS.iter().filter(|s| s.built).collect()
+            all
         }
     };
     let mut out = named;
@@ -655,11 +678,13 @@ fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
         .context("disk sizes known after import")?;
     let data = d.content_bytes + (64 << 20);
     let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20) + SPACE_MARGIN;
-    if plan
-        .artifacts
-        .iter()
-        .any(|x| x.platform == "qemu" && x.compressed)
-    {
+    // Formats encoded to a work file before compression (or packing).
+    let staged = |x: &PlanArtifact| match x.spec.format {
+        Format::OciArchive => true,
+        Format::Qcow2 { .. } | Format::Vmdk | Format::Vhdx => x.compressed,
+        _ => false,
+    };
+    if plan.artifacts.iter().any(staged) {
         work_need += data;
     }
     // Live: the squashfs and the rootfs cpio holding it (the ISO links to
@@ -1192,12 +1217,21 @@ impl Builder<'_> {
         let total = view.len();
         let prog = |done: u64| step.bytes(done, total);
         cancel::pause_point("encode")?;
-        let extension = platforms::find(&art.platform)
-            .map(|p| p.extension)
-            .unwrap_or("raw");
-        let entry = match extension {
+        let entry = match art.spec.format {
             // Raw disks and fixed VHDs are compressed straight from the view.
-            "vhd" if art.compressed => {
+            Format::Raw => {
+                let w = compress::compress_view_cached(
+                    kind,
+                    level,
+                    &view,
+                    tmp.path(),
+                    self.threads,
+                    &prog,
+                    Some(&self.chunks),
+                )?;
+                written_entry(&art.file, &w, art.compressed)
+            }
+            Format::Vhd if art.compressed => {
                 let vhd = crate::formats::vhd::VhdView::new(&view)?;
                 let w = compress::compress_view_cached(
                     kind,
@@ -1210,27 +1244,10 @@ impl Builder<'_> {
                 )?;
                 written_entry(&art.file, &w, true)
             }
-            "raw" => {
-                let w = compress::compress_view_cached(
-                    kind,
-                    level,
-                    &view,
-                    tmp.path(),
-                    self.threads,
-                    &prog,
-                    Some(&self.chunks),
-                )?;
-                written_entry(&art.file, &w, art.compressed)
-            }
-            // Formats that are never recompressed (SPEC 3).
-            "ova" | "tar.gz" => {
-                self.encode(extension, art, &view, tmp.path(), &prog)?;
-                file_entry(&art.file, tmp.path(), Some(true))?
-            }
-            // qcow2, vmdk, vhd: encoded, then compressed when asked.
+            // Encoded, then compressed: qcow2, VMDK, VHDX.
             _ if art.compressed => {
-                let enc = self.work.join(format!("{}.{extension}", art.platform));
-                let shared = self.encode(extension, art, &view, &enc, &prog)?;
+                let enc = self.work.join(format!("{}.encoded", art.platform));
+                let shared = self.encode(art, &view, &enc, &prog)?;
                 let ev = FileView::open(&enc)?;
                 // A qcow2 holds the base disk's chunks at chunk-aligned
                 // offsets: their compressed forms are reused from the raw
@@ -1243,9 +1260,9 @@ impl Builder<'_> {
                     blocks: &s.blocks,
                 });
                 let pre = crate::io::view::Precompressed(&ev);
-                let input: &dyn DiskView = match (&remapped, extension) {
+                let input: &dyn DiskView = match (&remapped, art.spec.format) {
                     (Some(r), _) => r,
-                    (None, "vmdk") => &pre,
+                    (None, Format::Vmdk) => &pre,
                     _ => &ev,
                 };
                 let w = compress::compress_view_cached(
@@ -1260,13 +1277,18 @@ impl Builder<'_> {
                 std::fs::remove_file(&enc).ok();
                 written_entry(&art.file, &w, true)
             }
+            // Never recompressed (SPEC 3): the file as encoded.
             _ => {
-                self.encode(extension, art, &view, tmp.path(), &prog)?;
-                file_entry(&art.file, tmp.path(), None)?
+                self.encode(art, &view, tmp.path(), &prog)?;
+                file_entry(
+                    &art.file,
+                    tmp.path(),
+                    (!art.spec.recompressed).then_some(true),
+                )?
             }
         };
         cancel::check()?;
-        if let Some((aws, spec)) = self.aws.filter(|_| art.platform == "aws") {
+        if let Some((aws, spec)) = self.aws.filter(|_| art.spec.name == platforms::AWS) {
             // The snapshot holds the same bytes the VMDK encodes.
             aws.register(&view, spec, self.r)?;
         }
@@ -1283,15 +1305,21 @@ impl Builder<'_> {
     /// format places them at fixed offsets (qcow2).
     fn encode(
         &self,
-        extension: &str,
         art: &PlanArtifact,
         view: &dyn DiskView,
         out: &Path,
         prog: &(dyn Fn(u64) + Sync),
     ) -> Result<Option<crate::formats::qcow2::SharedBlocks>> {
         let img = &self.os.config.image;
-        match extension {
-            "qcow2" => {
+        // The artifact's name without the compression extension.
+        let plain = art.spec.file_name(
+            &self.plan.name,
+            &self.plan.version,
+            &self.plan.release.arch,
+            Compressor::None,
+        );
+        match art.spec.format {
+            Format::Qcow2 { compressed: false } => {
                 // Shared blocks aligned to the compressor's chunks.
                 let align = match self.plan.compressor.chunk_size() as u64 {
                     0 => crate::formats::qcow2::CLUSTER_SIZE,
@@ -1301,13 +1329,18 @@ impl Builder<'_> {
                 prog(view.len());
                 return Ok(stats.shared);
             }
-            "vmdk" => {
-                let name = art.file.trim_end_matches(&format!(
-                    ".{}",
-                    self.plan.compressor.extension().unwrap_or("")
-                ));
+            Format::Qcow2 { compressed: true } => {
+                crate::formats::qcow2::write_qcow2_compressed_file(
+                    view,
+                    out,
+                    QCOW2_DEFLATE_LEVEL,
+                    self.threads,
+                    prog,
+                )?;
+            }
+            Format::Vmdk => {
                 let opts = crate::formats::vmdk::VmdkOptions {
-                    extent_name: Some(name.to_string()),
+                    extent_name: Some(plain),
                     ..Default::default()
                 };
                 crate::formats::vmdk::write_vmdk_cached(
@@ -1319,17 +1352,26 @@ impl Builder<'_> {
                     Some(&self.chunks),
                 )?;
             }
-            "vhd" => {
+            Format::Vhd => {
                 crate::formats::vhd::write_vhd(view, out, prog)?;
             }
-            "ova" => {
-                let p = crate::formats::ova::OvaParams::new(
-                    format!("{}-{}", self.plan.name, self.plan.version),
-                    img.vmware_os_type.value.clone(),
-                    u32::try_from(img.vmware_hw_version.value).context("vmware-hw-version")?,
-                    img.vmware_secure_boot.value,
-                    self.plan.version.clone(),
-                );
+            Format::Ova { template } => {
+                let vm_name = format!("{}-{}", self.plan.name, self.plan.version);
+                let p = match template {
+                    crate::formats::OvfTemplate::Vmware => crate::formats::ova::OvaParams::new(
+                        vm_name,
+                        img.vmware_os_type.value.clone(),
+                        u32::try_from(img.vmware_hw_version.value).context("vmware-hw-version")?,
+                        img.vmware_secure_boot.value,
+                        self.plan.version.clone(),
+                    ),
+                    crate::formats::OvfTemplate::Virtualbox => {
+                        crate::formats::ova::OvaParams::virtualbox(
+                            vm_name,
+                            self.plan.version.clone(),
+                        )
+                    }
+                };
                 crate::formats::ova::write_ova_cached(
                     view,
                     out,
@@ -1339,10 +1381,40 @@ impl Builder<'_> {
                     Some(&self.chunks),
                 )?;
             }
-            "tar.gz" => {
+            Format::GcpTar => {
                 crate::formats::gcp::write_gcp_tar_gz(view, out, self.threads, prog)?;
             }
-            other => bail!("no encoder for .{other}"),
+            Format::OciArchive => {
+                // The qcow2 (uncompressed, as osbuild writes it) inside the
+                // image's /disk/.
+                let qcow2 = self.work.join(format!("{}.qcow2", art.platform));
+                crate::formats::qcow2::write_qcow2_file(
+                    view,
+                    &qcow2,
+                    crate::formats::qcow2::CLUSTER_SIZE,
+                )?;
+                prog(view.len());
+                let disk_name = format!(
+                    "{}-{}-{}.{}.qcow2",
+                    self.plan.name, self.plan.version, art.platform, self.plan.release.arch
+                );
+                crate::formats::oci::write_containerdisk(
+                    &qcow2,
+                    out,
+                    self.work,
+                    &crate::formats::oci::OciDisk {
+                        disk_name: &disk_name,
+                        architecture: &crate::release::oci_arch(&self.plan.release.arch),
+                        version: &self.plan.version,
+                        mtime: self.os.timestamp.max(0) as u64,
+                    },
+                    self.threads,
+                )?;
+                std::fs::remove_file(&qcow2).ok();
+            }
+            Format::Raw | Format::Vhdx | Format::Live => {
+                bail!("no disk encoder for {} ({})", art.platform, art.format)
+            }
         }
         Ok(None)
     }

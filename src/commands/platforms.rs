@@ -9,11 +9,11 @@ pub fn run(a: PlatformsArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<10} {:<22} {:<42} {:<10} STATUS",
-        "PLATFORM", "ARTIFACT", "FORMAT", "IGNITION"
+        "{:<16} {:<28} {:<52} {:<30} STATUS",
+        "PLATFORM", "ARTIFACT", "FORMAT", "ARCHES (RHCOS ships: *)"
     );
     for p in PLATFORMS {
-        let artifact = if p.name == "live" {
+        let artifact = if p.is_live() {
             "live-iso.<arch>.iso +pxe".to_string()
         } else {
             format!("{}.<arch>.{}", p.name, p.extension)
@@ -23,9 +23,24 @@ pub fn run(a: PlatformsArgs) -> Result<()> {
         } else {
             "not built yet"
         };
+        let arches: Vec<String> = p
+            .arches
+            .iter()
+            .map(|a| {
+                if p.rhcos_arches.contains(a) {
+                    format!("{a}*")
+                } else {
+                    a.to_string()
+                }
+            })
+            .collect();
         println!(
-            "{:<10} {:<22} {:<42} {:<10} {}",
-            p.name, artifact, p.format, p.ignition_id, status
+            "{:<16} {:<28} {:<52} {:<30} {}",
+            p.name,
+            artifact,
+            p.format.describe(),
+            arches.join(","),
+            status
         );
     }
     println!();

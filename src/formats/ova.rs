@@ -26,6 +26,7 @@
 //!   Within each `Item` the `rasd:` elements are in the alphabetical order
 //!   the CIM RASD schema's sequence requires.
 use super::vmdk::{write_vmdk_cached, VmdkOptions, VmdkStats};
+use super::OvfTemplate;
 use crate::io::compress::ChunkCache;
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
@@ -110,6 +111,8 @@ pub struct OvaParams {
     /// How the disk is encoded (cosa: lsilogic, compat6); the extent name
     /// is always `disk.vmdk`.
     pub vmdk: VmdkOptions,
+    /// Which descriptor: cosa's vmware or virtualbox template.
+    pub template: OvfTemplate,
 }
 
 impl OvaParams {
@@ -138,6 +141,23 @@ impl OvaParams {
             mtime,
             manifest: true,
             vmdk: VmdkOptions::default(),
+            template: OvfTemplate::Vmware,
+        }
+    }
+
+    /// cosa's virtualbox OVA (`src/cosalib/ova.py` VARIANTS `virtualbox`):
+    /// `virtualbox-template.xml`, its disk converted with `-o
+    /// subformat=streamOptimized` alone, i.e. qemu-img's defaults: adapter
+    /// ide, virtual hardware version 4.
+    pub fn virtualbox(vm_name: impl Into<String>, product_version: impl Into<String>) -> Self {
+        OvaParams {
+            template: OvfTemplate::Virtualbox,
+            vmdk: VmdkOptions {
+                adapter_type: super::vmdk::AdapterType::Ide,
+                hw_version: 4,
+                ..VmdkOptions::default()
+            },
+            ..OvaParams::new(vm_name, VBOX_OS_TYPE, 1, false, product_version)
         }
     }
 
@@ -362,6 +382,180 @@ fn esc(s: &str) -> String {
 
 /// The OVF 1.x descriptor for `p` and a disk described by `disk`.
 pub fn render_ovf(p: &OvaParams, disk: &OvfDisk) -> String {
+    match p.template {
+        OvfTemplate::Vmware => render_vmware(p, disk),
+        OvfTemplate::Virtualbox => render_virtualbox(p, disk),
+    }
+}
+
+/// VirtualBox's OVF extension namespace (cosa `virtualbox-template.xml`).
+const NS_VBOX: &str = "http://www.virtualbox.org/ovf/machine";
+/// The template's guest OS type, VirtualSystemType and fixed disk and
+/// machine UUIDs (cosa `src/virtualbox-template.xml`).
+pub const VBOX_OS_TYPE: &str = "Fedora_64";
+pub const VBOX_SYSTEM_TYPE: &str = "virtualbox-2.2";
+const VBOX_DISK_UUID: &str = "c7b8d618-f480-433e-b0c4-07b0d69d4918";
+const VBOX_MACHINE_UUID: &str = "fdee0598-5b31-4597-a441-36575dda937a";
+/// CIM resource types the virtualbox template uses beyond the vmware one's.
+const RT_SATA: u32 = 20;
+const RT_USB: u32 = 23;
+
+/// cosa's `virtualbox-template.xml` filled in: an AHCI (SATA) controller
+/// holding the disk, a USB controller, an E1000 NIC on NAT, and a
+/// `vbox:Machine` section (EFI firmware, virtio NIC, the disk attached by
+/// its UUID) that VirtualBox imports as is.
+fn render_virtualbox(p: &OvaParams, disk: &OvfDisk) -> String {
+    let name = esc(&p.vm_name);
+    let product = p
+        .product
+        .as_deref()
+        .map(|s| format!("\n      <Product>{}</Product>", esc(s)))
+        .unwrap_or_default();
+    let vendor = p
+        .vendor
+        .as_deref()
+        .map(|s| format!("\n      <Vendor>{}</Vendor>", esc(s)))
+        .unwrap_or_default();
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<Envelope xmlns="{NS_OVF}" xmlns:ovf="{NS_OVF}" xmlns:rasd="{NS_RASD}" xmlns:vssd="{NS_VSSD}" xmlns:vbox="{NS_VBOX}">
+  <References>
+    <File ovf:href="{VMDK_NAME}" ovf:id="file1" ovf:size="{file_size}"/>
+  </References>
+  <DiskSection>
+    <Info>Virtual disk information</Info>
+    <Disk ovf:capacity="{capacity}" ovf:capacityAllocationUnits="byte" ovf:diskId="vmdisk1" ovf:fileRef="file1" ovf:format="{VMDK_FORMAT_URI}" ovf:populatedSize="{populated}" vbox:uuid="{VBOX_DISK_UUID}"/>
+  </DiskSection>
+  <NetworkSection>
+    <Info>Logical networks</Info>
+    <Network ovf:name="{network}">
+      <Description>The {network} network</Description>
+    </Network>
+  </NetworkSection>
+  <VirtualSystem ovf:id="{name}">
+    <Info>A virtual machine</Info>
+    <Name>{name}</Name>
+    <OperatingSystemSection ovf:id="{OS_SECTION_ID}">
+      <Info>Guest operating system</Info>
+      <vbox:OSType ovf:required="false">{os_type}</vbox:OSType>
+    </OperatingSystemSection>
+    <VirtualHardwareSection>
+      <Info>Virtual hardware requirements</Info>
+      <System>
+        <vssd:ElementName>Virtual Hardware Family</vssd:ElementName>
+        <vssd:InstanceID>0</vssd:InstanceID>
+        <vssd:VirtualSystemIdentifier>{name}</vssd:VirtualSystemIdentifier>
+        <vssd:VirtualSystemType>{VBOX_SYSTEM_TYPE}</vssd:VirtualSystemType>
+      </System>
+      <Item>
+        <rasd:AllocationUnits>hertz * 10^6</rasd:AllocationUnits>
+        <rasd:Description>Number of virtual CPUs</rasd:Description>
+        <rasd:ElementName>{cpus} virtual CPU(s)</rasd:ElementName>
+        <rasd:InstanceID>1</rasd:InstanceID>
+        <rasd:ResourceType>{RT_PROCESSOR}</rasd:ResourceType>
+        <rasd:VirtualQuantity>{cpus}</rasd:VirtualQuantity>
+      </Item>
+      <Item>
+        <rasd:AllocationUnits>byte * 2^20</rasd:AllocationUnits>
+        <rasd:Description>Memory size</rasd:Description>
+        <rasd:ElementName>{memory} MB of memory</rasd:ElementName>
+        <rasd:InstanceID>2</rasd:InstanceID>
+        <rasd:ResourceType>{RT_MEMORY}</rasd:ResourceType>
+        <rasd:VirtualQuantity>{memory}</rasd:VirtualQuantity>
+      </Item>
+      <Item>
+        <rasd:Address>0</rasd:Address>
+        <rasd:Caption>sataController0</rasd:Caption>
+        <rasd:Description>SATA Controller</rasd:Description>
+        <rasd:ElementName>sataController0</rasd:ElementName>
+        <rasd:InstanceID>3</rasd:InstanceID>
+        <rasd:ResourceSubType>AHCI</rasd:ResourceSubType>
+        <rasd:ResourceType>{RT_SATA}</rasd:ResourceType>
+      </Item>
+      <Item>
+        <rasd:Address>0</rasd:Address>
+        <rasd:Caption>usb</rasd:Caption>
+        <rasd:Description>USB Controller</rasd:Description>
+        <rasd:ElementName>usb</rasd:ElementName>
+        <rasd:InstanceID>4</rasd:InstanceID>
+        <rasd:ResourceType>{RT_USB}</rasd:ResourceType>
+      </Item>
+      <Item>
+        <rasd:AddressOnParent>0</rasd:AddressOnParent>
+        <rasd:Caption>disk1</rasd:Caption>
+        <rasd:Description>Disk Image</rasd:Description>
+        <rasd:ElementName>disk1</rasd:ElementName>
+        <rasd:HostResource>/disk/vmdisk1</rasd:HostResource>
+        <rasd:InstanceID>5</rasd:InstanceID>
+        <rasd:Parent>3</rasd:Parent>
+        <rasd:ResourceType>{RT_DISK}</rasd:ResourceType>
+      </Item>
+      <Item>
+        <rasd:AutomaticAllocation>true</rasd:AutomaticAllocation>
+        <rasd:Caption>Ethernet adapter on 'NAT'</rasd:Caption>
+        <rasd:Connection>NAT</rasd:Connection>
+        <rasd:ElementName>Ethernet adapter on 'NAT'</rasd:ElementName>
+        <rasd:InstanceID>6</rasd:InstanceID>
+        <rasd:ResourceSubType>E1000</rasd:ResourceSubType>
+        <rasd:ResourceType>{RT_ETHERNET}</rasd:ResourceType>
+      </Item>
+    </VirtualHardwareSection>
+    <vbox:Machine ovf:required="false" version="1.16-linux" uuid="{VBOX_MACHINE_UUID}" name="{name}" OSType="{os_type}">
+      <ovf:Info>Complete VirtualBox machine configuration in VirtualBox format</ovf:Info>
+      <Hardware>
+        <CPU count="{cpus}">
+          <PAE enabled="true"/>
+          <LongMode enabled="true"/>
+          <X2APIC enabled="true"/>
+          <HardwareVirtExLargePages enabled="false"/>
+        </CPU>
+        <Memory RAMSize="{memory}"/>
+        <Firmware type="EFI"/>
+        <Display controller="VMSVGA" VRAMSize="36"/>
+        <BIOS>
+          <IOAPIC enabled="true"/>
+          <SmbiosUuidLittleEndian enabled="true"/>
+        </BIOS>
+        <USB>
+          <Controllers>
+            <Controller name="OHCI" type="OHCI"/>
+          </Controllers>
+        </USB>
+        <Network>
+          <Adapter slot="0" enabled="true" type="virtio">
+            <NAT/>
+          </Adapter>
+        </Network>
+        <Clipboard mode="Disabled"/>
+      </Hardware>
+      <StorageControllers>
+        <StorageController name="AHCI" type="AHCI" PortCount="1" useHostIOCache="false" Bootable="true" IDE0MasterEmulationPort="0" IDE0SlaveEmulationPort="1" IDE1MasterEmulationPort="2" IDE1SlaveEmulationPort="3">
+          <AttachedDevice type="HardDisk" hotpluggable="false" port="0" device="0">
+            <Image uuid="{VBOX_DISK_UUID}"/>
+          </AttachedDevice>
+        </StorageController>
+      </StorageControllers>
+    </vbox:Machine>
+    <ProductSection>
+      <Info>Installed software</Info>{product}{vendor}
+      <Version>{version}</Version>
+    </ProductSection>
+  </VirtualSystem>
+</Envelope>
+"#,
+        file_size = disk.file_size,
+        capacity = disk.capacity,
+        populated = disk.populated,
+        network = esc(NETWORK),
+        os_type = esc(&p.os_type),
+        cpus = p.cpus,
+        memory = p.memory_mib,
+        version = esc(&p.product_version),
+    )
+}
+
+/// cosa's `vmware-template.xml` filled in.
+fn render_vmware(p: &OvaParams, disk: &OvfDisk) -> String {
     let name = esc(&p.vm_name);
     let product = p
         .product
@@ -659,6 +853,53 @@ mod tests {
         assert!(String::from_utf8_lossy(&head).contains("RW 98307 SPARSE \"disk.vmdk\""));
         // 4 MiB of data in 49 MiB: a small file.
         assert!(b.stats.vmdk_size < 4 * MIB, "{:?}", b.stats);
+    }
+
+    /// The virtualbox OVA: well-formed, with its template's values (cosa
+    /// `src/virtualbox-template.xml`) and an IDE streamOptimized disk.
+    #[test]
+    fn virtualbox_descriptor_carries_its_template() {
+        let p = OvaParams::virtualbox("testos-1", "1");
+        let b = build(&p);
+        let ovf = b.x.join("coreos.ovf");
+        run("xmllint", &["--noout", ovf.to_str().unwrap()]);
+        assert_eq!(
+            xpath(&ovf, "string(//*[local-name()='VirtualSystemType'])"),
+            VBOX_SYSTEM_TYPE
+        );
+        assert_eq!(
+            xpath(
+                &ovf,
+                "string(//*[local-name()='OperatingSystemSection']/*[local-name()='OSType'])"
+            ),
+            VBOX_OS_TYPE
+        );
+        assert_eq!(attr(&ovf, "Firmware", "type"), "EFI");
+        assert_eq!(attr(&ovf, "File", "size"), b.stats.vmdk_size.to_string());
+        assert_eq!(attr(&ovf, "Disk", "uuid"), VBOX_DISK_UUID);
+        assert_eq!(attr(&ovf, "Image", "uuid"), VBOX_DISK_UUID);
+        assert_eq!(
+            xpath(&ovf, "string(//*[local-name()='Item'][*[local-name()='ResourceType']='17']/*[local-name()='Parent'])"),
+            "3"
+        );
+        assert!(!std::fs::read_to_string(&ovf).unwrap().contains("vmw:"));
+        let info = run(
+            "qemu-img",
+            &[
+                "info",
+                "--output=json",
+                b.x.join("disk.vmdk").to_str().unwrap(),
+            ],
+        );
+        let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+        assert_eq!(
+            info["format-specific"]["data"]["create-type"],
+            "streamOptimized"
+        );
+        let desc =
+            String::from_utf8_lossy(&std::fs::read(b.x.join("disk.vmdk")).unwrap()[512..2048])
+                .to_string();
+        assert!(desc.contains("ddb.adapterType = \"ide\""), "{desc}");
     }
 
     #[test]

@@ -118,6 +118,18 @@ impl Compressor {
         }
     }
 
+    /// The compressor whose extension ends `path` (`None` if no known one
+    /// does).
+    pub fn of_file(path: &str) -> Compressor {
+        Self::ALL
+            .into_iter()
+            .find(|c| {
+                c.extension()
+                    .is_some_and(|e| path.strip_suffix(e).is_some_and(|p| p.ends_with('.')))
+            })
+            .unwrap_or(Compressor::None)
+    }
+
     /// Default level. gzip 6 and xz 9 are what RHCOS and FCOS publish with
     /// (cosa `image.json`: `gzip -6`, `xz -9`). zstd 10 runs at about the
     /// speed of `gzip -6` and writes ~13% less (300 MiB of shared libraries,

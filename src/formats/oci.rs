@@ -1,0 +1,267 @@
+//! KubeVirt containerDisk as an OCI image archive: cosa's `kubevirt`
+//! artifact (`src/osbuild-manifests/platform.kubevirt.ipp.yaml`: a qcow2
+//! under `/disk/`, packed by osbuild's `org.osbuild.oci-archive` stage).
+//!
+//! Shape, as that stage writes it (osbuild `stages/org.osbuild.oci-archive`):
+//! - one layer: a tar of the tree (`disk/`, `disk/<file>.qcow2`), gzip'd,
+//!   media type `application/vnd.oci.image.layer.v1.tar+gzip`; the config's
+//!   `rootfs.diff_ids` holds the digest of the uncompressed tar;
+//! - config (`application/vnd.oci.image.config.v1+json`): `created`,
+//!   `architecture` (OCI name: amd64, arm64, s390x), `os: linux`,
+//!   `config: {Env: [PATH=...], Cmd: [sh], Labels: {version}}`, `rootfs`,
+//!   one `history` entry;
+//! - manifest (`application/vnd.oci.image.manifest.v1+json`), an
+//!   `index.json` listing it, and `oci-layout` (`imageLayoutVersion 1.0.0`);
+//! - all of it in a tar, members sorted by name, owner 0, at the build's
+//!   time stamp.
+//!
+//! KubeVirt's containerDisk reads the first disk image under `/disk`
+//! (kubevirt `docs/container-register-disks.md`).
+use crate::io::compress::{compress_view, Compressor};
+use crate::io::view::{DiskView, FileView};
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::Path;
+
+pub const MEDIA_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The directory KubeVirt looks in (platform.kubevirt.ipp.yaml: "Kubevirt
+/// looks for the disk/qcow2 file under the /disk directory").
+pub const DISK_DIR: &str = "disk";
+/// osbuild's default `Env` of the image config.
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// gzip level of the layer (gzip's default, as the stage runs it).
+const LAYER_GZIP_LEVEL: u32 = 6;
+
+/// What goes into the image besides the disk.
+pub struct OciDisk<'a> {
+    /// File name of the qcow2 inside `/disk/`.
+    pub disk_name: &'a str,
+    /// OCI architecture (`amd64`, `arm64`, `s390x`).
+    pub architecture: &'a str,
+    /// The `version` label: the OS version.
+    pub version: &'a str,
+    /// Time stamp of the image and its files, Unix seconds.
+    pub mtime: u64,
+}
+
+/// What [`write_containerdisk`] produced.
+#[derive(Debug, Clone)]
+pub struct OciStats {
+    pub manifest_digest: String,
+    pub layer_digest: String,
+    pub diff_id: String,
+}
+
+/// Pack the qcow2 file `disk` as a containerDisk OCI archive at `out`;
+/// `work` holds the intermediate layer (removed at the end). `threads`
+/// workers gzip the layer.
+pub fn write_containerdisk(
+    disk: &Path,
+    out: &Path,
+    work: &Path,
+    d: &OciDisk,
+    threads: usize,
+) -> Result<OciStats> {
+    write(disk, out, work, d, threads)
+        .with_context(|| format!("writing OCI archive {}", out.display()))
+}
+
+fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> Result<OciStats> {
+    let layer_tar = tempfile::Builder::new()
+        .prefix(".layer-")
+        .suffix(".tar")
+        .tempfile_in(work)
+        .with_context(|| format!("creating the layer in {}", work.display()))?;
+    {
+        let mut t = tar::Builder::new(BufWriter::new(layer_tar.as_file()));
+        t.mode(tar::HeaderMode::Deterministic);
+        let mut h = header(d.mtime, 0o755, tar::EntryType::Directory, 0);
+        t.append_data(&mut h, format!("{DISK_DIR}/"), std::io::empty())?;
+        let f = File::open(disk).with_context(|| format!("opening {}", disk.display()))?;
+        let len = f.metadata()?.len();
+        let mut h = header(d.mtime, 0o644, tar::EntryType::Regular, len);
+        t.append_data(&mut h, format!("{DISK_DIR}/{}", d.disk_name), f)?;
+        t.into_inner()?.flush()?;
+    }
+    let layer_gz = tempfile::Builder::new()
+        .prefix(".layer-")
+        .suffix(".tar.gz")
+        .tempfile_in(work)?;
+    let view = FileView::open(layer_tar.path())?;
+    let w = compress_view(
+        Compressor::Gzip,
+        LAYER_GZIP_LEVEL,
+        &view as &dyn DiskView,
+        layer_gz.path(),
+        threads,
+        &|_| {},
+    )?;
+    drop(view);
+    layer_tar.close()?;
+    let created = crate::meta::rfc3339_utc(d.mtime as i64);
+    let diff_id = format!("sha256:{}", w.uncompressed_sha256);
+    let layer_digest = format!("sha256:{}", w.sha256);
+    let config = serde_json::json!({
+        "created": created,
+        "architecture": d.architecture,
+        "os": "linux",
+        "config": {
+            "Env": [DEFAULT_PATH],
+            "Cmd": ["sh"],
+            "Labels": {"version": d.version},
+        },
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created": created, "created_by": "bootimage-gen: containerDisk /disk"}],
+    });
+    let config = serde_json::to_vec(&config)?;
+    let config_digest = sha256(&config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_MANIFEST,
+        "config": {"mediaType": MEDIA_CONFIG, "digest": format!("sha256:{config_digest}"), "size": config.len()},
+        "layers": [{"mediaType": MEDIA_LAYER_GZIP, "digest": layer_digest, "size": w.size}],
+    }))?;
+    let manifest_digest = sha256(&manifest);
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": MEDIA_MANIFEST, "digest": format!("sha256:{manifest_digest}"), "size": manifest.len()}],
+    }))?;
+    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
+
+    // The archive, members sorted by name.
+    let file = crate::io::create_sized(out, 0)?;
+    let mut t = tar::Builder::new(BufWriter::with_capacity(1 << 20, &file));
+    t.mode(tar::HeaderMode::Deterministic);
+    for dir in ["blobs/", "blobs/sha256/"] {
+        let mut h = header(d.mtime, 0o755, tar::EntryType::Directory, 0);
+        t.append_data(&mut h, dir, std::io::empty())?;
+    }
+    enum Blob<'a> {
+        Mem(&'a [u8]),
+        File(&'a Path, u64),
+    }
+    let mut blobs = vec![
+        (config_digest, Blob::Mem(&config)),
+        (manifest_digest.clone(), Blob::Mem(&manifest)),
+        (w.sha256.clone(), Blob::File(layer_gz.path(), w.size)),
+    ];
+    blobs.sort_by(|a, b| a.0.cmp(&b.0));
+    for (digest, blob) in blobs {
+        let name = format!("blobs/sha256/{digest}");
+        match blob {
+            Blob::Mem(b) => {
+                let mut h = header(d.mtime, 0o644, tar::EntryType::Regular, b.len() as u64);
+                t.append_data(&mut h, name, b)?;
+            }
+            Blob::File(p, len) => {
+                let mut h = header(d.mtime, 0o644, tar::EntryType::Regular, len);
+                let f = File::open(p)?;
+                t.append_data(&mut h, name, CancelRead(f))?;
+            }
+        }
+    }
+    for (name, data) in [("index.json", &index[..]), ("oci-layout", &layout[..])] {
+        let mut h = header(d.mtime, 0o644, tar::EntryType::Regular, data.len() as u64);
+        t.append_data(&mut h, name, data)?;
+    }
+    t.into_inner()?.flush()?;
+    file.sync_all().context("syncing the archive")?;
+    layer_gz.close()?;
+    Ok(OciStats {
+        manifest_digest: format!("sha256:{manifest_digest}"),
+        layer_digest,
+        diff_id,
+    })
+}
+
+/// A member header: owner 0:0, the given mode, type, size and time.
+fn header(mtime: u64, mode: u32, kind: tar::EntryType, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(mtime);
+    h.set_size(size);
+    h
+}
+
+fn sha256(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// A reader that stops when the run is cancelled.
+struct CancelRead<R>(R);
+
+impl<R: Read> Read for CancelRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        crate::util::cancel::check().map_err(std::io::Error::other)?;
+        self.0.read(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The archive is a valid OCI layout: its index, manifest, config and
+    /// layer digests agree, and the layer holds `disk/<name>`.
+    #[test]
+    fn archive_is_a_consistent_oci_layout() {
+        let d = tempfile::tempdir().unwrap();
+        let disk = d.path().join("x.qcow2");
+        std::fs::write(&disk, vec![7u8; 200_000]).unwrap();
+        let out = d.path().join("a.ociarchive");
+        let s = write_containerdisk(
+            &disk,
+            &out,
+            d.path(),
+            &OciDisk {
+                disk_name: "testos-1-kubevirt.x86_64.qcow2",
+                architecture: "amd64",
+                version: "1",
+                mtime: 1_700_000_000,
+            },
+            1,
+        )
+        .unwrap();
+        let mut a = tar::Archive::new(File::open(&out).unwrap());
+        let mut files = std::collections::BTreeMap::new();
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().to_string_lossy().to_string();
+            let mut v = Vec::new();
+            e.read_to_end(&mut v).unwrap();
+            files.insert(name, v);
+        }
+        let index: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
+        let m = index["manifests"][0]["digest"].as_str().unwrap();
+        assert_eq!(m, s.manifest_digest);
+        let blob = |dg: &str| &files[&format!("blobs/sha256/{}", &dg[7..])];
+        let manifest: serde_json::Value = serde_json::from_slice(blob(m)).unwrap();
+        let cfg_dg = manifest["config"]["digest"].as_str().unwrap();
+        assert_eq!(format!("sha256:{}", sha256(blob(cfg_dg))), cfg_dg);
+        let cfg: serde_json::Value = serde_json::from_slice(blob(cfg_dg)).unwrap();
+        assert_eq!(cfg["architecture"], "amd64");
+        assert_eq!(cfg["config"]["Labels"]["version"], "1");
+        let layer = blob(&s.layer_digest);
+        assert_eq!(format!("sha256:{}", sha256(layer)), s.layer_digest);
+        let mut raw = Vec::new();
+        flate2::read::MultiGzDecoder::new(&layer[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        assert_eq!(format!("sha256:{}", sha256(&raw)), s.diff_id);
+        assert_eq!(cfg["rootfs"]["diff_ids"][0], s.diff_id);
+        let mut inner = tar::Archive::new(&raw[..]);
+        let names: Vec<String> = inner
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(names, ["disk/", "disk/testos-1-kubevirt.x86_64.qcow2"]);
+    }
+}

@@ -1,0 +1,508 @@
+//! The platform table (SPEC 3, 3.1): one typed row per platform, for every
+//! architecture upstream builds it for. Everything that differs between
+//! platforms is data here: the artifact suffix, the [`Format`] (which picks
+//! the encoder), the disk size rule, the sector size, whether the release
+//! compressor is applied, the meta.json key and the stream.json place. No
+//! other module compares platform names.
+//!
+//! Sources (fixtures/UPSTREAM.md section 13): cosa `src/cmd-osbuild`
+//! (`SUPPORTED_PLATFORMS`: the suffix; which platforms skip `cosa
+//! compress`), `src/osbuild-manifests/platform.<p>.ipp.yaml` (conversion,
+//! disk size), `coreos.osbuild.<arch>.mpp.yaml` (which arch imports which
+//! platform), `src/cosalib/ova.py` + `*-template.xml` (the OVAs),
+//! `src/cmd-generate-release-meta` (stream places), openshift/installer
+//! `data/data/coreos/coreos-rhel-9.json` (what RHCOS ships per arch).
+pub use crate::formats::{Format, OvfTemplate};
+use crate::io::compress::Compressor;
+use serde::Serialize;
+
+/// The platform `--aws-register` uploads (SPEC 6.3).
+pub const AWS: &str = "aws";
+
+/// GiB, the unit of `image.json size` and of fixed disk sizes.
+pub const GIB: u64 = 1 << 30;
+
+/// The virtual size of a platform's disk.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", tag = "rule", content = "gib")]
+pub enum SizeRule {
+    /// Content estimate + 35 % + the fixed partitions (SPEC 2).
+    Metal,
+    /// `image.json size` GiB (osbuild: `cloud_image_size_mb`), never less
+    /// than the metal size.
+    Cloud,
+    /// A size the platform asks for, in GiB (ibmcloud: 100).
+    Fixed(u64),
+}
+
+/// Architectures (CoreOS names).
+const ALL_ARCHES: &[&str] = &["x86_64", "aarch64", "ppc64le", "s390x"];
+const X86: &[&str] = &["x86_64"];
+const X86_ARM: &[&str] = &["x86_64", "aarch64"];
+const X86_S390: &[&str] = &["x86_64", "s390x"];
+const PPC: &[&str] = &["ppc64le"];
+const S390: &[&str] = &["s390x"];
+const ARM: &[&str] = &["aarch64"];
+
+/// One platform the tool knows.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PlatformSpec {
+    pub name: &'static str,
+    /// File suffix after `<name>-<version>-<platform>.<arch>.` (before compression).
+    pub extension: &'static str,
+    pub format: Format,
+    /// `ignition.platform.id` karg value.
+    pub ignition_id: &'static str,
+    pub size: SizeRule,
+    /// Logical sector size of the disk.
+    pub sector_size: u64,
+    /// Compressed with `image.json compressor` on release (cosa `compress`;
+    /// false where cosa sets `skip-compression`).
+    pub recompressed: bool,
+    /// meta.json `images` key.
+    pub meta_key: &'static str,
+    /// stream.json `architectures.<arch>.artifacts` key.
+    pub stream_platform: &'static str,
+    /// Prefix of the stream format key (`4k.` for metal4k, cosa
+    /// `cmd-generate-release-meta`); the key is prefix + suffix.
+    pub stream_prefix: &'static str,
+    /// Architectures upstream builds it for (cosa `coreos.osbuild.<arch>.mpp.yaml`).
+    pub arches: &'static [&'static str],
+    /// Architectures RHCOS ships it for (installer `coreos-rhel-{9,10}.json`).
+    pub rhcos_arches: &'static [&'static str],
+    /// Built by this version of the tool.
+    pub built: bool,
+    /// Console settings when the OS ships no `platforms.json` (SPEC 3):
+    /// GRUB serial lines, and kernel arguments.
+    pub default_serial: bool,
+    pub default_kargs: &'static [&'static str],
+}
+
+/// The GRUB lines of a serial console (SPEC 3, "S").
+pub const GRUB_SERIAL: [&str; 3] = [
+    "serial --speed=115200",
+    "terminal_input serial console",
+    "terminal_output serial console",
+];
+const TTY0_FIRST: &[&str] = &["console=tty0", "console=ttyS0,115200n8"];
+const TTYS0_FIRST: &[&str] = &["console=ttyS0,115200n8", "console=tty0"];
+
+/// A cloud or virtualisation disk: the cloud-size disk with 512-byte
+/// sectors, its meta key and stream platform its own name.
+#[allow(clippy::too_many_arguments)]
+const fn disk(
+    name: &'static str,
+    extension: &'static str,
+    format: Format,
+    recompressed: bool,
+    arches: &'static [&'static str],
+    rhcos_arches: &'static [&'static str],
+    default_serial: bool,
+    default_kargs: &'static [&'static str],
+) -> PlatformSpec {
+    PlatformSpec {
+        name,
+        extension,
+        format,
+        ignition_id: name,
+        size: SizeRule::Cloud,
+        sector_size: 512,
+        recompressed,
+        meta_key: name,
+        stream_platform: name,
+        stream_prefix: "",
+        arches,
+        rhcos_arches,
+        built: true,
+        default_serial,
+        default_kargs,
+    }
+}
+
+const QCOW2: Format = Format::Qcow2 { compressed: false };
+
+/// The platform table.
+pub const PLATFORMS: &[PlatformSpec] = &[
+    PlatformSpec {
+        size: SizeRule::Metal,
+        ..disk(
+            "metal",
+            "raw",
+            Format::Raw,
+            true,
+            ALL_ARCHES,
+            ALL_ARCHES,
+            false,
+            &[],
+        )
+    },
+    PlatformSpec {
+        size: SizeRule::Metal,
+        sector_size: 4096,
+        ignition_id: "metal",
+        stream_platform: "metal",
+        stream_prefix: "4k.",
+        ..disk(
+            "metal4k",
+            "raw",
+            Format::Raw,
+            true,
+            ALL_ARCHES,
+            ALL_ARCHES,
+            false,
+            &[],
+        )
+    },
+    disk(
+        "qemu", "qcow2", QCOW2, true, ALL_ARCHES, ALL_ARCHES, true, TTY0_FIRST,
+    ),
+    disk(
+        "openstack",
+        "qcow2",
+        QCOW2,
+        true,
+        ALL_ARCHES,
+        ALL_ARCHES,
+        true,
+        TTYS0_FIRST,
+    ),
+    disk(
+        "aws",
+        "vmdk",
+        Format::Vmdk,
+        true,
+        X86_ARM,
+        X86_ARM,
+        true,
+        TTY0_FIRST,
+    ),
+    disk(
+        "vmware",
+        "ova",
+        Format::Ova {
+            template: OvfTemplate::Vmware,
+        },
+        false,
+        X86,
+        X86,
+        true,
+        TTYS0_FIRST,
+    ),
+    disk(
+        "azure",
+        "vhd",
+        Format::Vhd,
+        true,
+        X86_ARM,
+        X86_ARM,
+        false,
+        TTY0_FIRST,
+    ),
+    disk(
+        "gcp",
+        "tar.gz",
+        Format::GcpTar,
+        false,
+        X86_ARM,
+        X86_ARM,
+        true,
+        TTY0_FIRST,
+    ),
+    // The rest of what RHCOS ships (SPEC 3.1).
+    disk(
+        "azurestack",
+        "vhd",
+        Format::Vhd,
+        true,
+        X86,
+        X86,
+        false,
+        TTY0_FIRST,
+    ),
+    PlatformSpec {
+        // platform.ibmcloud.ipp.yaml: "IBM Cloud has requested virtual size
+        // of images to be 100G" (coreos-assembler#2041).
+        size: SizeRule::Fixed(100),
+        ..disk(
+            "ibmcloud", "qcow2", QCOW2, true, X86_S390, X86_S390, true, TTY0_FIRST,
+        )
+    },
+    disk(
+        "kubevirt",
+        "ociarchive",
+        Format::OciArchive,
+        false,
+        X86_S390,
+        X86_S390,
+        true,
+        TTYS0_FIRST,
+    ),
+    disk(
+        "nutanix",
+        "qcow2",
+        Format::Qcow2 { compressed: true },
+        false,
+        X86,
+        X86,
+        false,
+        &[],
+    ),
+    disk(
+        "oraclecloud",
+        "qcow2",
+        QCOW2,
+        true,
+        X86_ARM,
+        X86_ARM,
+        false,
+        &[],
+    ),
+    // cosa builds these; RHCOS does not ship them.
+    PlatformSpec {
+        built: false,
+        ..disk(
+            "hyperv",
+            "vhdx",
+            Format::Vhdx,
+            true,
+            X86_ARM,
+            &[],
+            false,
+            &[],
+        )
+    },
+    disk(
+        "virtualbox",
+        "ova",
+        Format::Ova {
+            template: OvfTemplate::Virtualbox,
+        },
+        false,
+        X86,
+        &[],
+        true,
+        TTYS0_FIRST,
+    ),
+    disk("aliyun", "qcow2", QCOW2, true, X86, &[], false, &[]),
+    disk("digitalocean", "qcow2", QCOW2, true, X86, &[], false, &[]),
+    disk("exoscale", "qcow2", QCOW2, true, X86, &[], false, &[]),
+    disk("proxmoxve", "qcow2", QCOW2, true, X86, &[], false, &[]),
+    disk(
+        "applehv",
+        "raw",
+        Format::Raw,
+        true,
+        X86_ARM,
+        &[],
+        false,
+        &[],
+    ),
+    disk(
+        "hetzner",
+        "raw",
+        Format::Raw,
+        true,
+        X86_ARM,
+        &[],
+        false,
+        &[],
+    ),
+    disk("vultr", "raw", Format::Raw, true, X86, &[], false, &[]),
+    // Known, not built: other architectures' own platforms.
+    PlatformSpec {
+        built: false,
+        ..disk("powervs", "ova", Format::Raw, true, PPC, PPC, false, &[])
+    },
+    PlatformSpec {
+        built: false,
+        ..disk("qemu-secex", "qcow2", QCOW2, true, S390, S390, false, &[])
+    },
+    PlatformSpec {
+        built: false,
+        ..disk(
+            "nvidiabluefield",
+            "bfb",
+            Format::Raw,
+            false,
+            ARM,
+            ARM,
+            false,
+            &[],
+        )
+    },
+    PlatformSpec {
+        size: SizeRule::Metal,
+        ignition_id: "metal",
+        meta_key: "live-iso",
+        stream_platform: "metal",
+        ..disk(
+            "live",
+            "iso",
+            Format::Live,
+            false,
+            ALL_ARCHES,
+            ALL_ARCHES,
+            false,
+            &[],
+        )
+    },
+];
+
+impl PlatformSpec {
+    /// Whether upstream builds this platform for `arch`.
+    pub fn exists_for(&self, arch: &str) -> bool {
+        self.arches.contains(&arch)
+    }
+
+    /// The live ISO and PXE platform.
+    pub fn is_live(&self) -> bool {
+        self.format == Format::Live
+    }
+
+    /// Whether the disk boots with BIOS too (512-byte sectors; the live ISO
+    /// boots BIOS with ISOLINUX, not the OS's GRUB).
+    pub fn bios(&self) -> bool {
+        self.sector_size == 512 && !self.is_live()
+    }
+
+    /// The disk size for a metal size and a cloud size.
+    pub fn disk_size(&self, metal: u64, cloud: u64) -> u64 {
+        match self.size {
+            SizeRule::Metal => metal,
+            SizeRule::Cloud => cloud,
+            SizeRule::Fixed(gib) => (gib * GIB).max(metal),
+        }
+    }
+
+    /// Whether the release compressor `c` applies.
+    pub fn compressed_with(&self, c: Compressor) -> bool {
+        self.recompressed && c != Compressor::None
+    }
+
+    /// The artifact's file suffix after `<platform>.<arch>.`, with the
+    /// compression extension when compressed: `qcow2.gz`, `ova`.
+    pub fn suffix(&self, c: Compressor) -> String {
+        match c.extension().filter(|_| self.compressed_with(c)) {
+            Some(e) => format!("{}.{e}", self.extension),
+            None => self.extension.to_string(),
+        }
+    }
+
+    /// stream.json format key (cosa `cmd-generate-release-meta`: the
+    /// suffix after `<platform>.<arch>.`, metal4k's prefixed `4k.`).
+    pub fn stream_format(&self, c: Compressor) -> String {
+        format!("{}{}", self.stream_prefix, self.suffix(c))
+    }
+
+    /// Artifact file name (SPEC 3): `<name>-<version>-<platform>.<arch>.<suffix>`.
+    pub fn file_name(&self, name: &str, version: &str, arch: &str, c: Compressor) -> String {
+        format!("{name}-{version}-{}.{arch}.{}", self.name, self.suffix(c))
+    }
+}
+
+/// Look a platform up by name.
+pub fn find(name: &str) -> Option<&'static PlatformSpec> {
+    PLATFORMS.iter().find(|p| p.name == name)
+}
+
+/// Look a platform up by its meta.json key.
+pub fn by_meta_key(key: &str) -> Option<&'static PlatformSpec> {
+    PLATFORMS.iter().find(|p| p.meta_key == key)
+}
+
+/// Names of all platforms, for error messages.
+pub fn names() -> Vec<&'static str> {
+    PLATFORMS.iter().map(|p| p.name).collect()
+}
+
+/// The platforms this tool builds for `arch`.
+pub fn built_for(arch: &str) -> impl Iterator<Item = &'static PlatformSpec> + '_ {
+    PLATFORMS
+        .iter()
+        .filter(move |p| p.built && p.exists_for(arch))
+}
+
+/// The live artifacts' meta.json keys and their place in stream.json under
+/// `metal` (format key, artifact kind), as cosa's release metadata lays
+/// them out (stream-metadata-go fixtures: `iso` disk; `pxe` kernel,
+/// initramfs, rootfs).
+pub const LIVE_PLACES: &[(&str, &str, &str)] = &[
+    ("live-iso", "iso", "disk"),
+    ("live-kernel", "pxe", "kernel"),
+    ("live-initramfs", "pxe", "initramfs"),
+    ("live-rootfs", "pxe", "rootfs"),
+];
+
+/// Every meta.json `images` key of the built platforms (the live keys in
+/// place of `live`).
+pub fn meta_keys() -> Vec<&'static str> {
+    let mut v = Vec::new();
+    for p in PLATFORMS.iter().filter(|p| p.built) {
+        if p.is_live() {
+            v.extend(LIVE_PLACES.iter().map(|l| l.0));
+        } else {
+            v.push(p.meta_key);
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let names = names();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate platform names");
+        let mut keys = meta_keys();
+        keys.sort();
+        let n = keys.len();
+        keys.dedup();
+        assert_eq!(n, keys.len(), "duplicate meta keys");
+        assert_eq!(find("metal4k").unwrap().ignition_id, "metal");
+        assert!(find("nope").is_none());
+        for p in PLATFORMS {
+            assert!(!p.arches.is_empty(), "{}", p.name);
+            for a in p.rhcos_arches {
+                assert!(
+                    p.arches.contains(a),
+                    "{} ships for {a} but is not built",
+                    p.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_stream_keys() {
+        let gz = Compressor::Gzip;
+        let f = |p: &str| find(p).unwrap();
+        assert_eq!(
+            f("metal").file_name("rhcos", "418.94.1", "x86_64", gz),
+            "rhcos-418.94.1-metal.x86_64.raw.gz"
+        );
+        assert_eq!(
+            f("qemu").file_name("fedora-coreos", "40.1", "x86_64", Compressor::None),
+            "fedora-coreos-40.1-qemu.x86_64.qcow2"
+        );
+        // installer data/data/coreos/coreos-rhel-9.json
+        for (p, key) in [
+            ("metal4k", "4k.raw.gz"),
+            ("azurestack", "vhd.gz"),
+            ("ibmcloud", "qcow2.gz"),
+            ("kubevirt", "ociarchive"),
+            ("nutanix", "qcow2"),
+            ("vmware", "ova"),
+            ("gcp", "tar.gz"),
+        ] {
+            assert_eq!(f(p).stream_format(gz), key, "{p}");
+        }
+        assert_eq!(f("ibmcloud").disk_size(GIB, 16 * GIB), 100 * GIB);
+        assert_eq!(f("metal").disk_size(GIB, 16 * GIB), GIB);
+        assert!(!f("nutanix").exists_for("aarch64"));
+    }
+}
