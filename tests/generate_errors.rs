@@ -875,6 +875,9 @@ fn all_follows_the_release_stream() {
     want.sort();
     want.dedup();
     assert_eq!(names, want, "{}", r.stderr);
+    // Every platform RHCOS x86_64 ships is built now: nothing skipped.
+    assert!(listed.iter().all(|p| built.contains(p)), "{listed:?}");
+    assert!(!r.stderr.contains("skipping"), "{}", r.stderr);
     for p in listed.iter().filter(|p| !built.contains(p)) {
         assert!(
             r.stderr.contains(p.as_str()) && r.stderr.contains("skipping"),
@@ -882,6 +885,81 @@ fn all_follows_the_release_stream() {
             r.stderr
         );
     }
+    assert_not_created(&out);
+}
+
+/// A platform that exists, but not for the release's architecture: one
+/// line naming it, the release's arch and the arches it exists for.
+#[test]
+fn platform_not_for_this_arch_names_its_arches() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release-multi"),
+            "--arch",
+            "aarch64",
+            "metal",
+            "nutanix",
+            "--dry-run",
+            "-o",
+            p(&out),
+        ],
+    );
+    assert_fails(
+        &sb,
+        &r,
+        &["'nutanix'", "aarch64", "x86_64 only", "--arch"],
+    );
+    assert_not_created(&out);
+}
+
+/// `all` on a release whose stream lists nothing for the arch (the -multi
+/// fixture's stream has x86_64 only): every platform this tool builds for
+/// that arch, said in one line with the reason; nothing x86_64-only.
+#[test]
+fn all_without_a_stream_says_what_and_why() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release-multi"),
+            "--arch",
+            "aarch64",
+            "all",
+            "--dry-run",
+            "-o",
+            p(&out),
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let notes: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("pins no stream"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", r.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let names: Vec<&str> = plan["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["platform"].as_str().unwrap())
+        .collect();
+    for n in &names {
+        assert!(notes[0].contains(n), "{n} not named in: {}", notes[0]);
+    }
+    for want in ["metal", "metal4k", "qemu", "aws", "azure", "gcp", "oraclecloud"] {
+        assert!(names.contains(&want), "{want} missing: {names:?}");
+    }
+    for never in ["nutanix", "vmware", "azurestack", "kubevirt", "virtualbox"] {
+        assert!(!names.contains(&never), "{never} is x86_64's: {names:?}");
+    }
+    assert!(notes[0].contains("aarch64"), "{}", notes[0]);
     assert_not_created(&out);
 }
 

@@ -1,6 +1,9 @@
-//! `generate ... all`: every cloud and virtualisation format checked with
-//! qemu-img, tar, sha256sum and xmllint, the stream JSON read by the
-//! `coreos-stream-metadata` crate, and each disk booted under SeaBIOS and OVMF.
+//! `generate ... all` (what the test release's stream lists: with
+//! azurestack, ibmcloud, kubevirt and nutanix) plus the platforms cosa
+//! builds beyond RHCOS, named explicitly: every cloud and virtualisation
+//! format checked with qemu-img, tar, skopeo, sha256sum and xmllint, the
+//! stream JSON read by the `coreos-stream-metadata` crate, and one disk per
+//! format booted under SeaBIOS and OVMF.
 mod common;
 use common::boot::{self, DiskFormat, Firmware, Media};
 use common::*;
@@ -8,6 +11,23 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+/// The platforms cosa builds that RHCOS does not ship (the test release's
+/// stream does not list them, so `all` leaves them out; named here).
+const COSA_ONLY: &[&str] = &[
+    "oraclecloud",
+    "virtualbox",
+    "aliyun",
+    "digitalocean",
+    "exoscale",
+    "proxmoxve",
+    "applehv",
+    "hetzner",
+    "vultr",
+];
+
+/// What RHCOS's x86_64 stream lists beyond the first eight platforms.
+const RHCOS_NEW: &[&str] = &["azurestack", "ibmcloud", "kubevirt", "nutanix"];
 
 struct Built {
     root: PathBuf,
@@ -25,17 +45,18 @@ fn built() -> &'static Built {
         let (out, raw) = (root.join("out"), root.join("raw"));
         let o = run(
             &root.join("cache"),
-            &[
-                "generate",
-                &oci("release"),
-                "all",
-                "-o",
-                out.to_str().unwrap(),
-                "--base-url",
-                "http://mirror.example/os",
-                "--debug-raw-dir",
-                raw.to_str().unwrap(),
-            ],
+            &["generate", &oci("release"), "all"]
+                .into_iter()
+                .chain(COSA_ONLY.iter().copied())
+                .chain([
+                    "-o",
+                    out.to_str().unwrap(),
+                    "--base-url",
+                    "http://mirror.example/os",
+                    "--debug-raw-dir",
+                    raw.to_str().unwrap(),
+                ])
+                .collect::<Vec<_>>(),
         );
         assert!(o.status.success(), "generate all failed:\n{}", stderr(&o));
         let meta: Value =
@@ -102,13 +123,60 @@ fn disk_of(platform: &str) -> (PathBuf, DiskFormat) {
             DiskFormat::Raw,
             format!("gzip -dc '{}' > metal.raw", a.display()),
         ),
-        _ => unreachable!(),
+        "azurestack" => (
+            "azurestack.vhd",
+            DiskFormat::Vpc,
+            format!(
+                "gzip -dc '{}' | cp --sparse=always /dev/stdin azurestack.vhd",
+                a.display()
+            ),
+        ),
+        "ibmcloud" | "oraclecloud" | "aliyun" | "digitalocean" | "exoscale" | "proxmoxve" => (
+            leak(format!("{platform}.qcow2")),
+            DiskFormat::Qcow2,
+            format!("gzip -dc '{}' > {platform}.qcow2", a.display()),
+        ),
+        "applehv" | "hetzner" | "vultr" => (
+            leak(format!("{platform}.raw")),
+            DiskFormat::Raw,
+            format!(
+                "gzip -dc '{}' | cp --sparse=always /dev/stdin {platform}.raw",
+                a.display()
+            ),
+        ),
+        "nutanix" => (
+            "nutanix.qcow2",
+            DiskFormat::Qcow2,
+            format!("cp '{}' nutanix.qcow2", a.display()),
+        ),
+        // The qcow2 out of the containerDisk's one layer, with skopeo
+        // (oci-archive -> dir) and tar.
+        "kubevirt" => (
+            "kubevirt.qcow2",
+            DiskFormat::Qcow2,
+            format!(
+                "rm -rf kv && skopeo copy -q 'oci-archive:{}' dir:kv && \
+                 l=$(python3 -c 'import json;print(json.load(open(\"kv/manifest.json\"))[\"layers\"][0][\"digest\"].split(\":\")[1])') && \
+                 tar -xzf kv/$l -O disk/$(tar -tzf kv/$l | grep qcow2$ | sed 's|disk/||') > kubevirt.qcow2",
+                a.display()
+            ),
+        ),
+        "virtualbox" => (
+            "vbox/disk.vmdk",
+            DiskFormat::Vmdk,
+            format!("mkdir -p vbox && tar -C vbox -xf '{}' disk.vmdk", a.display()),
+        ),
+        _ => unreachable!("{platform}"),
     };
     let p = dir.join(name);
     if !p.exists() {
         must(Command::new("sh").arg("-c").arg(&script).current_dir(&dir));
     }
     (p, fmt)
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
 }
 
 fn qemu_img_info(p: &Path, fmt: &str) -> Value {
@@ -138,7 +206,11 @@ fn all_builds_every_supported_platform_once() {
         "live-initramfs",
         "live-rootfs",
         "ostree",
-    ] {
+    ]
+    .into_iter()
+    .chain(RHCOS_NEW.iter().copied())
+    .chain(COSA_ONLY.iter().copied())
+    {
         assert!(
             images.contains_key(k),
             "images.{k} missing: {:?}",
@@ -158,9 +230,25 @@ fn all_builds_every_supported_platform_once() {
         );
     }
     // Never-recompressed formats are marked so; the others are .gz.
-    assert_eq!(images["vmware"]["skip-compression"], true);
-    assert_eq!(images["gcp"]["skip-compression"], true);
-    for k in ["aws", "azure", "openstack"] {
+    for k in ["vmware", "gcp", "kubevirt", "nutanix", "virtualbox"] {
+        assert_eq!(images[k]["skip-compression"], true, "{k}");
+        assert!(images[k].get("uncompressed-sha256").is_none(), "{k}");
+    }
+    for k in [
+        "aws",
+        "azure",
+        "openstack",
+        "azurestack",
+        "ibmcloud",
+        "oraclecloud",
+        "aliyun",
+        "digitalocean",
+        "exoscale",
+        "proxmoxve",
+        "applehv",
+        "hetzner",
+        "vultr",
+    ] {
         assert!(images[k]["path"].as_str().unwrap().ends_with(".gz"), "{k}");
         sh(&format!("gzip -t '{}'", artifact(k).display()));
     }
@@ -265,6 +353,8 @@ fn all_builds_every_supported_platform_once() {
         next = file + len;
     }
     assert!(blocks >= 3, "only {blocks} aligned shared blocks in {map}");
+    // `all` built everything the stream lists: nothing skipped.
+    assert!(!b.log.contains("all: skipping"), "{}", b.log);
     // The release's pinned AMIs are recorded.
     let amis = b.meta["amis"].as_array().expect("amis");
     assert_eq!(amis.len(), 2, "{amis:?}");
@@ -279,6 +369,19 @@ fn each_format_is_recognised_valid_and_equal_to_its_raw() {
         ("openstack", "qcow2", "qcow2"),
         ("azure", "vpc", "vpc"),
         ("gcp", "raw", "raw"),
+        ("azurestack", "vpc", "vpc"),
+        ("ibmcloud", "qcow2", "qcow2"),
+        ("nutanix", "qcow2", "qcow2"),
+        ("kubevirt", "qcow2", "qcow2"),
+        ("oraclecloud", "qcow2", "qcow2"),
+        ("aliyun", "qcow2", "qcow2"),
+        ("digitalocean", "qcow2", "qcow2"),
+        ("exoscale", "qcow2", "qcow2"),
+        ("proxmoxve", "qcow2", "qcow2"),
+        ("virtualbox", "vmdk", "vmdk"),
+        ("applehv", "raw", "raw"),
+        ("hetzner", "raw", "raw"),
+        ("vultr", "raw", "raw"),
     ] {
         let (p, _) = disk_of(platform);
         let info = qemu_img_info(&p, qfmt);
@@ -316,9 +419,37 @@ fn each_format_is_recognised_valid_and_equal_to_its_raw() {
             String::from_utf8_lossy(&c.stderr)
         );
     }
-    // The VHD is the raw disk rounded to a MiB plus the footer.
-    let (vhd, _) = disk_of("azure");
-    assert_eq!(std::fs::metadata(&vhd).unwrap().len() % (1 << 20), 512);
+    // The VHDs are the raw disk rounded to a MiB plus the footer.
+    for p in ["azure", "azurestack"] {
+        let (vhd, _) = disk_of(p);
+        assert_eq!(std::fs::metadata(&vhd).unwrap().len() % (1 << 20), 512);
+    }
+    // ibmcloud: 100 GiB virtual size (platform.ibmcloud.ipp.yaml), the
+    // other clouds image.json's size.
+    let (ibm, _) = disk_of("ibmcloud");
+    assert_eq!(qemu_img_info(&ibm, "qcow2")["virtual-size"], 100u64 << 30);
+    let (oci, _) = disk_of("oraclecloud");
+    let cloud = qemu_img_info(&oci, "qcow2")["virtual-size"]
+        .as_u64()
+        .unwrap();
+    assert!(cloud < 100 << 30, "{cloud}");
+    // nutanix: clusters compressed inside the qcow2 (qemu-img check counts
+    // them), and the file not recompressed.
+    let (nut, _) = disk_of("nutanix");
+    let check: Value = serde_json::from_str(&must(
+        Command::new("qemu-img")
+            .args(["check", "--output=json", "-f", "qcow2"])
+            .arg(&nut),
+    ))
+    .unwrap();
+    let compressed = check["compressed-clusters"].as_u64().unwrap();
+    let allocated = check["allocated-clusters"].as_u64().unwrap();
+    assert!(compressed * 2 > allocated, "{check}");
+    let (ibm_plain, _) = disk_of("oraclecloud");
+    assert!(
+        std::fs::metadata(&nut).unwrap().len() < std::fs::metadata(&ibm_plain).unwrap().len(),
+        "nutanix's compressed qcow2 is smaller than a plain one"
+    );
 }
 
 #[test]
@@ -395,6 +526,21 @@ fn stream_json_lists_every_artifact_for_coreos_stream_metadata() {
         ("vmware", "vmware", "ova"),
         ("azure", "azure", "vhd.gz"),
         ("gcp", "gcp", "tar.gz"),
+        // installer data/data/coreos/coreos-rhel-9.json
+        ("azurestack", "azurestack", "vhd.gz"),
+        ("ibmcloud", "ibmcloud", "qcow2.gz"),
+        ("kubevirt", "kubevirt", "ociarchive"),
+        ("nutanix", "nutanix", "qcow2"),
+        // cosa cmd-generate-release-meta: the suffix after <platform>.<arch>.
+        ("oraclecloud", "oraclecloud", "qcow2.gz"),
+        ("virtualbox", "virtualbox", "ova"),
+        ("aliyun", "aliyun", "qcow2.gz"),
+        ("digitalocean", "digitalocean", "qcow2.gz"),
+        ("exoscale", "exoscale", "qcow2.gz"),
+        ("proxmoxve", "proxmoxve", "qcow2.gz"),
+        ("applehv", "applehv", "raw.gz"),
+        ("hetzner", "hetzner", "raw.gz"),
+        ("vultr", "vultr", "raw.gz"),
     ] {
         let file = b.meta["images"][key]["path"].as_str().unwrap();
         assert_eq!(
@@ -411,7 +557,11 @@ fn stream_json_lists_every_artifact_for_coreos_stream_metadata() {
 #[test]
 fn each_platform_has_its_own_kargs_and_console() {
     let b = built();
-    for platform in ["openstack", "aws", "vmware", "azure", "gcp"] {
+    for platform in ["openstack", "aws", "vmware", "azure", "gcp"]
+        .into_iter()
+        .chain(RHCOS_NEW.iter().copied())
+        .chain(COSA_ONLY.iter().copied())
+    {
         let raw = b.raw.join(format!("{platform}.raw"));
         let read = |path: &str| {
             sh(&format!(
@@ -509,4 +659,92 @@ fn boot_gcp_disk_raw_uefi() {
 #[test]
 fn boot_gcp_disk_raw_bios() {
     boots("gcp", Firmware::Bios);
+}
+
+/// kubevirt: `skopeo inspect` reads the archive as an image of the
+/// release's architecture with the OS version as its `version` label; the
+/// layer holds `/disk/<name>-<version>-kubevirt.x86_64.qcow2`.
+#[test]
+fn kubevirt_is_a_containerdisk_image() {
+    let b = built();
+    let a = artifact("kubevirt");
+    let v: Value = serde_json::from_str(&must(
+        Command::new("skopeo")
+            .arg("inspect")
+            .arg(format!("oci-archive:{}", a.display())),
+    ))
+    .unwrap();
+    assert_eq!(v["Architecture"], "amd64", "{v}");
+    assert_eq!(v["Os"], "linux", "{v}");
+    let version = b.meta["ostree-version"].as_str().unwrap();
+    assert_eq!(v["Labels"]["version"], version, "{v}");
+    assert_eq!(v["Layers"].as_array().unwrap().len(), 1, "{v}");
+    let cfg: Value = serde_json::from_str(&must(
+        Command::new("skopeo")
+            .args(["inspect", "--config"])
+            .arg(format!("oci-archive:{}", a.display())),
+    ))
+    .unwrap();
+    assert_eq!(cfg["architecture"], "amd64", "{cfg}");
+    let (qcow2, _) = disk_of("kubevirt");
+    assert!(qcow2.exists());
+    let list = sh(&format!(
+        "cd '{}' && l=$(python3 -c 'import json;print(json.load(open(\"kv/manifest.json\"))[\"layers\"][0][\"digest\"].split(\":\")[1])') && tar -tzf kv/$l",
+        b.root.join("disks").display()
+    ));
+    let name = b.meta["name"].as_str().unwrap();
+    assert_eq!(
+        list.lines().collect::<Vec<_>>(),
+        [
+            "disk/",
+            &format!("disk/{name}-{version}-kubevirt.x86_64.qcow2")[..]
+        ]
+    );
+}
+
+/// virtualbox: the OVA holds its own template's descriptor (cosa
+/// `src/virtualbox-template.xml`), well-formed, and an IDE disk.
+#[test]
+fn virtualbox_ova_carries_its_template() {
+    let ova = artifact("virtualbox");
+    let dir = built().root.join("vbox-ova");
+    std::fs::create_dir_all(&dir).unwrap();
+    must(Command::new("tar").arg("-xf").arg(&ova).current_dir(&dir));
+    let ovf = dir.join("coreos.ovf");
+    must(Command::new("xmllint").arg("--noout").arg(&ovf));
+    let xp = |q: &str| must(Command::new("xmllint").args(["--xpath", q]).arg(&ovf));
+    assert_eq!(
+        xp("string(//*[local-name()='VirtualSystemType'])"),
+        "virtualbox-2.2"
+    );
+    assert_eq!(
+        xp("string(//*[local-name()='OperatingSystemSection']/*[local-name()='OSType'])"),
+        "Fedora_64"
+    );
+    assert_eq!(xp("string(//*[local-name()='Firmware']/@type)"), "EFI");
+    let size = std::fs::metadata(dir.join("disk.vmdk")).unwrap().len();
+    assert_eq!(
+        xp("string(//*[local-name()='File']/@*[local-name()='size'])"),
+        size.to_string()
+    );
+}
+
+// One boot per new format (the other new platforms share a format with
+// these or with the platforms above; their platform ids are read back from
+// their boot filesystems in each_platform_has_its_own_kargs_and_console).
+#[test]
+fn boot_nutanix_compressed_qcow2_bios() {
+    boots("nutanix", Firmware::Bios);
+}
+#[test]
+fn boot_kubevirt_containerdisk_qcow2_uefi() {
+    boots("kubevirt", Firmware::Uefi);
+}
+#[test]
+fn boot_virtualbox_ova_disk_uefi() {
+    boots("virtualbox", Firmware::Uefi);
+}
+#[test]
+fn boot_ibmcloud_100g_qcow2_bios() {
+    boots("ibmcloud", Firmware::Bios);
 }
