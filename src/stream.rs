@@ -404,6 +404,7 @@ mod tests {
             ("kubevirt", "ociarchive"),
             ("nutanix", "qcow2"),
             ("virtualbox", "ova"),
+            ("hyperv", "vhdx.gz"),
         ] {
             assert!(a.artifacts[p].formats.contains_key(f), "{p} {f}");
         }

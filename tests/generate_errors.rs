@@ -908,11 +908,7 @@ fn platform_not_for_this_arch_names_its_arches() {
             p(&out),
         ],
     );
-    assert_fails(
-        &sb,
-        &r,
-        &["'nutanix'", "aarch64", "x86_64 only", "--arch"],
-    );
+    assert_fails(&sb, &r, &["'nutanix'", "aarch64", "x86_64 only", "--arch"]);
     assert_not_created(&out);
 }
 
@@ -953,7 +949,15 @@ fn all_without_a_stream_says_what_and_why() {
     for n in &names {
         assert!(notes[0].contains(n), "{n} not named in: {}", notes[0]);
     }
-    for want in ["metal", "metal4k", "qemu", "aws", "azure", "gcp", "oraclecloud"] {
+    for want in [
+        "metal",
+        "metal4k",
+        "qemu",
+        "aws",
+        "azure",
+        "gcp",
+        "oraclecloud",
+    ] {
         assert!(names.contains(&want), "{want} missing: {names:?}");
     }
     for never in ["nutanix", "vmware", "azurestack", "kubevirt", "virtualbox"] {

@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 /// stream does not list them, so `all` leaves them out; named here).
 const COSA_ONLY: &[&str] = &[
     "oraclecloud",
+    "hyperv",
     "virtualbox",
     "aliyun",
     "digitalocean",
@@ -144,6 +145,11 @@ fn disk_of(platform: &str) -> (PathBuf, DiskFormat) {
                 a.display()
             ),
         ),
+        "hyperv" => (
+            "hyperv.vhdx",
+            DiskFormat::Vhdx,
+            format!("gzip -dc '{}' > hyperv.vhdx", a.display()),
+        ),
         "nutanix" => (
             "nutanix.qcow2",
             DiskFormat::Qcow2,
@@ -241,6 +247,7 @@ fn all_builds_every_supported_platform_once() {
         "azurestack",
         "ibmcloud",
         "oraclecloud",
+        "hyperv",
         "aliyun",
         "digitalocean",
         "exoscale",
@@ -379,6 +386,7 @@ fn each_format_is_recognised_valid_and_equal_to_its_raw() {
         ("exoscale", "qcow2", "qcow2"),
         ("proxmoxve", "qcow2", "qcow2"),
         ("virtualbox", "vmdk", "vmdk"),
+        ("hyperv", "vhdx", "vhdx"),
         ("applehv", "raw", "raw"),
         ("hetzner", "raw", "raw"),
         ("vultr", "raw", "raw"),
@@ -534,6 +542,7 @@ fn stream_json_lists_every_artifact_for_coreos_stream_metadata() {
         // cosa cmd-generate-release-meta: the suffix after <platform>.<arch>.
         ("oraclecloud", "oraclecloud", "qcow2.gz"),
         ("virtualbox", "virtualbox", "ova"),
+        ("hyperv", "hyperv", "vhdx.gz"),
         ("aliyun", "aliyun", "qcow2.gz"),
         ("digitalocean", "digitalocean", "qcow2.gz"),
         ("exoscale", "exoscale", "qcow2.gz"),
@@ -743,6 +752,10 @@ fn boot_kubevirt_containerdisk_qcow2_uefi() {
 #[test]
 fn boot_virtualbox_ova_disk_uefi() {
     boots("virtualbox", Firmware::Uefi);
+}
+#[test]
+fn boot_hyperv_vhdx_uefi() {
+    boots("hyperv", Firmware::Uefi);
 }
 #[test]
 fn boot_ibmcloud_100g_qcow2_bios() {

@@ -114,6 +114,13 @@ fn table() -> Vec<(
             "disk",
         ),
         (
+            "hyperv",
+            format!("rhcos-{V}-hyperv.x86_64.vhdx.gz"),
+            "hyperv",
+            "vhdx.gz",
+            "disk",
+        ),
+        (
             "virtualbox",
             format!("rhcos-{V}-virtualbox.x86_64.ova"),
             "virtualbox",
@@ -280,16 +287,16 @@ fn check(base: Option<&str>) {
         assert_eq!(a.signature, None);
         count += 1;
     }
-    assert_eq!(count, 25);
-    // Nothing else: 20 platforms, metal with its 4 formats.
+    assert_eq!(count, 26);
+    // Nothing else: 21 platforms, metal with its 4 formats.
     let total: usize = arch
         .artifacts
         .values()
         .flat_map(|p| p.formats.values())
         .map(|k| k.len())
         .sum();
-    assert_eq!(total, 25);
-    assert_eq!(arch.artifacts.len(), 20);
+    assert_eq!(total, 26);
+    assert_eq!(arch.artifacts.len(), 21);
     assert_eq!(arch.artifacts["metal"].formats.len(), 4);
 
     // The crate's own query helper.

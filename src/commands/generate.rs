@@ -1412,7 +1412,10 @@ impl Builder<'_> {
                 )?;
                 std::fs::remove_file(&qcow2).ok();
             }
-            Format::Raw | Format::Vhdx | Format::Live => {
+            Format::Vhdx => {
+                crate::formats::vhdx::write_vhdx(view, out, prog)?;
+            }
+            Format::Raw | Format::Live => {
                 bail!("no disk encoder for {} ({})", art.platform, art.format)
             }
         }

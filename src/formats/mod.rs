@@ -5,6 +5,7 @@ pub mod oci;
 pub mod ova;
 pub mod qcow2;
 pub mod vhd;
+pub mod vhdx;
 pub mod vmdk;
 
 use serde::Serialize;

@@ -98,6 +98,8 @@ pub enum DiskFormat {
     Vmdk,
     /// VHD (fixed or dynamic), e.g. Azure's fixed VHD.
     Vpc,
+    /// VHDX, e.g. Hyper-V's.
+    Vhdx,
 }
 
 impl DiskFormat {
@@ -107,16 +109,18 @@ impl DiskFormat {
             DiskFormat::Qcow2 => "qcow2",
             DiskFormat::Vmdk => "vmdk",
             DiskFormat::Vpc => "vpc",
+            DiskFormat::Vhdx => "vhdx",
         }
     }
 
-    /// `raw`, `qcow2`, `vmdk`, `vpc` (also `vhd`).
+    /// `raw`, `qcow2`, `vmdk`, `vpc` (also `vhd`), `vhdx`.
     pub fn parse(s: &str) -> Option<DiskFormat> {
         Some(match s {
             "raw" => DiskFormat::Raw,
             "qcow2" => DiskFormat::Qcow2,
             "vmdk" => DiskFormat::Vmdk,
             "vpc" | "vhd" => DiskFormat::Vpc,
+            "vhdx" => DiskFormat::Vhdx,
             _ => return None,
         })
     }
