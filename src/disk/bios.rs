@@ -331,14 +331,20 @@ pub(crate) mod tests {
 
     const HOST_GRUB: &str = "/usr/lib/grub/i386-pc";
 
-    pub(crate) fn host_grub() -> Option<PathBuf> {
+    /// The host's BIOS GRUB modules and grub-mkimage, which these tests
+    /// need (grub-pc-bin and grub-common, as in the test container): a
+    /// precondition, so a host without them fails the test instead of
+    /// passing it without asserting anything.
+    pub(crate) fn host_grub() -> PathBuf {
         let p = PathBuf::from(HOST_GRUB);
-        if p.join("boot.img").is_file() && mkimage_program().is_ok() {
-            Some(p)
-        } else {
-            eprintln!("no {HOST_GRUB} or grub-mkimage on this host; skipped");
-            None
+        assert!(
+            p.join("boot.img").is_file(),
+            "{HOST_GRUB}/boot.img missing: install grub-pc-bin to run this test"
+        );
+        if let Err(e) = mkimage_program() {
+            panic!("grub-mkimage missing ({e:#}): install grub-common to run this test");
         }
+        p
     }
 
     pub(crate) fn gpt_disk(size: u64, ss: u64) -> (tempfile::NamedTempFile, Layout) {
@@ -371,19 +377,18 @@ pub(crate) mod tests {
         );
         assert!(e.contains("BIOS boot needs the OS's GRUB"), "{e}");
         // A directory with the images but without a needed module.
-        if let Some(g) = host_grub() {
-            let partial = tempfile::tempdir().unwrap();
-            for f in IMAGES.iter().chain(&["moddep.lst", "biosdisk.mod"]) {
-                std::fs::copy(g.join(f), partial.path().join(f)).unwrap();
-            }
-            let e = format!("{:#}", core_modules(partial.path()).unwrap_err());
-            assert!(e.contains("has no part_gpt.mod"), "{e}");
+        let g = host_grub();
+        let partial = tempfile::tempdir().unwrap();
+        for f in IMAGES.iter().chain(&["moddep.lst", "biosdisk.mod"]) {
+            std::fs::copy(g.join(f), partial.path().join(f)).unwrap();
         }
+        let e = format!("{:#}", core_modules(partial.path()).unwrap_err());
+        assert!(e.contains("has no part_gpt.mod"), "{e}");
     }
 
     #[test]
     fn install_writes_core_and_pointers() {
-        let Some(grub) = host_grub() else { return };
+        let grub = host_grub();
         let work = tempfile::tempdir().unwrap();
         let (f, l) = gpt_disk(3 << 30, 512);
         let disk = f.as_file();
@@ -469,7 +474,7 @@ pub(crate) mod tests {
             early_config(),
             "search --no-floppy --label boot --set root\nset prefix=($root)/grub2\n"
         );
-        let Some(grub) = host_grub() else { return };
+        let grub = host_grub();
         let d = tempfile::tempdir().unwrap();
         let dest = d.path().join("grub2/i386-pc");
         let n = copy_modules(&grub, &dest).unwrap();
@@ -662,7 +667,7 @@ pub(crate) mod tests {
     /// `$ignition_firstboot`. Needs root, qemu and a host kernel.
     #[test]
     fn seabios_boots_grub_to_the_kernel() {
-        let grub = host_grub().expect("host GRUB");
+        let grub = host_grub();
         let work = tempfile::tempdir().unwrap();
         let (f, l) = gpt_disk(1 << 30, 512);
         install_bios(f.as_file(), &l, &grub, work.path()).unwrap();

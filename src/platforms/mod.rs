@@ -258,19 +258,16 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         &[],
     ),
     // cosa builds these; RHCOS does not ship them.
-    PlatformSpec {
-        built: false,
-        ..disk(
-            "hyperv",
-            "vhdx",
-            Format::Vhdx,
-            true,
-            X86_ARM,
-            &[],
-            false,
-            &[],
-        )
-    },
+    disk(
+        "hyperv",
+        "vhdx",
+        Format::Vhdx,
+        true,
+        X86_ARM,
+        &[],
+        false,
+        &[],
+    ),
     disk(
         "virtualbox",
         "ova",
