@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test lint fmt clean bench image install
+.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench image install
 
 all: build
 
@@ -54,10 +54,15 @@ install: build
 
 lint: deps
 	$(CARGO) fmt --check
-	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --all-targets --features boot -- -D warnings
 
-# Every test: unit, CLI/registry, privileged pipeline and boot tests.
+# Every test tier: unit and fast (`cargo test` alone runs these, no root),
+# privileged pipeline and registry tests, boot tests (Cargo.toml [features]).
 test: deps lint
+	$(CARGO) test --release --features boot -- --test-threads=2
+
+# The fast tier only: no root, no VM.
+test-fast: deps
 	$(CARGO) test --release -- --test-threads=2
 
 fmt:

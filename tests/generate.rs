@@ -576,6 +576,10 @@ fn boots(media: Media, fw: Firmware, platform: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_metal_bios() {
     boots(
         Media::disk(built().raw.join("metal.raw")),
@@ -585,6 +589,10 @@ fn boot_metal_bios() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_metal_uefi() {
     boots(
         Media::disk(built().raw.join("metal.raw")),
@@ -605,6 +613,10 @@ fn qcow2() -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_qemu_qcow2_bios() {
     boots(
         Media::disk_as(qcow2(), boot::DiskFormat::Qcow2),
@@ -614,6 +626,10 @@ fn boot_qemu_qcow2_bios() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_qemu_qcow2_uefi() {
     boots(
         Media::disk_as(qcow2(), boot::DiskFormat::Qcow2),
@@ -623,6 +639,10 @@ fn boot_qemu_qcow2_uefi() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_metal4k_uefi_4k_virtio() {
     boots(
         Media::disk_4k(built().raw.join("metal4k.raw"), boot::DiskFormat::Raw),

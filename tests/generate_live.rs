@@ -570,6 +570,10 @@ fn boot_iso(media: Media, fw: Firmware, what: &str) -> BootResult {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boots_as_cdrom_bios() {
     boot_iso(
         Media::Cdrom(artifact("live-iso")),
@@ -579,6 +583,10 @@ fn boots_as_cdrom_bios() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boots_as_cdrom_uefi() {
     boot_iso(
         Media::Cdrom(artifact("live-iso")),
@@ -588,6 +596,10 @@ fn boots_as_cdrom_uefi() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boots_as_usb_disk_bios() {
     boot_iso(
         Media::UsbDisk(artifact("live-iso")),
@@ -597,6 +609,10 @@ fn boots_as_usb_disk_bios() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boots_as_usb_disk_uefi() {
     boot_iso(
         Media::UsbDisk(artifact("live-iso")),
@@ -615,6 +631,10 @@ fn pxe_kargs() -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boots_pxe_by_kernel_and_initrds() {
     let r = boot::assert_boots(
         &[Media::kernel(
@@ -630,6 +650,10 @@ fn boots_pxe_by_kernel_and_initrds() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boots_pxe_over_tftp_with_ipxe() {
     let tftp = built().root.join("tftp");
     let _ = std::fs::remove_dir_all(&tftp);
@@ -665,6 +689,10 @@ fn boots_pxe_over_tftp_with_ipxe() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn customised_iso_boots_with_its_ignition_and_kargs() {
     let copy = iso_copy("custom.iso");
     let ign = built().root.join("custom.ign");
@@ -685,6 +713,10 @@ fn customised_iso_boots_with_its_ignition_and_kargs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn pxe_customized_initramfs_boots_with_its_ignition() {
     let b = built();
     let ign = b.root.join("pxe.ign");
@@ -723,6 +755,10 @@ fn pxe_customized_initramfs_boots_with_its_ignition() {
 // ---------------------------------------------------------- bad input
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn os_without_templates_gets_builtin_menus_that_boot() {
     let root = top().join("target/tmp/generate-live-nolive");
     let _ = std::fs::remove_dir_all(&root);

@@ -630,42 +630,82 @@ fn boots(platform: &str, fw: Firmware) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_aws_vmdk_bios() {
     boots("aws", Firmware::Bios);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_aws_vmdk_uefi() {
     boots("aws", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_vmware_ova_disk_uefi() {
     boots("vmware", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_vmware_ova_disk_bios() {
     boots("vmware", Firmware::Bios);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_openstack_qcow2_bios() {
     boots("openstack", Firmware::Bios);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_openstack_qcow2_uefi() {
     boots("openstack", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_azure_vhd_uefi() {
     boots("azure", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_azure_vhd_bios() {
     boots("azure", Firmware::Bios);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_gcp_disk_raw_uefi() {
     boots("gcp", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_gcp_disk_raw_bios() {
     boots("gcp", Firmware::Bios);
 }
@@ -742,22 +782,42 @@ fn virtualbox_ova_carries_its_template() {
 // these or with the platforms above; their platform ids are read back from
 // their boot filesystems in each_platform_has_its_own_kargs_and_console).
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_nutanix_compressed_qcow2_bios() {
     boots("nutanix", Firmware::Bios);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_kubevirt_containerdisk_qcow2_uefi() {
     boots("kubevirt", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_virtualbox_ova_disk_uefi() {
     boots("virtualbox", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_hyperv_vhdx_uefi() {
     boots("hyperv", Firmware::Uefi);
 }
 #[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
 fn boot_ibmcloud_100g_qcow2_bios() {
     boots("ibmcloud", Firmware::Bios);
 }

@@ -19,9 +19,6 @@ use anyhow::{bail, ensure, Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// zlib level of nutanix's compressed qcow2 clusters (QEMU's
-/// `Z_DEFAULT_COMPRESSION`, qcow2-threads.c).
-const QCOW2_DEFLATE_LEVEL: u32 = 6;
 /// [`Composite::shared`] tag of the views over this run's base disk.
 const BASE_TAG: u64 = 1;
 /// Space kept free beyond the estimates.
@@ -1300,9 +1297,8 @@ impl Builder<'_> {
 }
 
 impl Builder<'_> {
-    /// Write `view` in a platform's format (uncompressed) to `out`. Returns
-    /// the bytes of the output that other platforms' outputs share, if the
-    /// format places them at fixed offsets (qcow2).
+    /// Write `view` in the artifact's format (uncompressed) to `out`
+    /// ([`crate::formats::encode`]).
     fn encode(
         &self,
         art: &PlanArtifact,
@@ -1311,115 +1307,30 @@ impl Builder<'_> {
         prog: &(dyn Fn(u64) + Sync),
     ) -> Result<Option<crate::formats::qcow2::SharedBlocks>> {
         let img = &self.os.config.image;
-        // The artifact's name without the compression extension.
-        let plain = art.spec.file_name(
-            &self.plan.name,
-            &self.plan.version,
-            &self.plan.release.arch,
-            Compressor::None,
-        );
-        match art.spec.format {
-            Format::Qcow2 { compressed: false } => {
-                // Shared blocks aligned to the compressor's chunks.
-                let align = match self.plan.compressor.chunk_size() as u64 {
-                    0 => crate::formats::qcow2::CLUSTER_SIZE,
-                    c => c,
-                };
-                let stats = crate::formats::qcow2::write_qcow2_file(view, out, align)?;
-                prog(view.len());
-                return Ok(stats.shared);
-            }
-            Format::Qcow2 { compressed: true } => {
-                crate::formats::qcow2::write_qcow2_compressed_file(
-                    view,
-                    out,
-                    QCOW2_DEFLATE_LEVEL,
-                    self.threads,
-                    prog,
-                )?;
-            }
-            Format::Vmdk => {
-                let opts = crate::formats::vmdk::VmdkOptions {
-                    extent_name: Some(plain),
-                    ..Default::default()
-                };
-                crate::formats::vmdk::write_vmdk_cached(
-                    view,
-                    out,
-                    &opts,
-                    self.threads,
-                    prog,
-                    Some(&self.chunks),
-                )?;
-            }
-            Format::Vhd => {
-                crate::formats::vhd::write_vhd(view, out, prog)?;
-            }
-            Format::Ova { template } => {
-                let vm_name = format!("{}-{}", self.plan.name, self.plan.version);
-                let p = match template {
-                    crate::formats::OvfTemplate::Vmware => crate::formats::ova::OvaParams::new(
-                        vm_name,
-                        img.vmware_os_type.value.clone(),
-                        u32::try_from(img.vmware_hw_version.value).context("vmware-hw-version")?,
-                        img.vmware_secure_boot.value,
-                        self.plan.version.clone(),
-                    ),
-                    crate::formats::OvfTemplate::Virtualbox => {
-                        crate::formats::ova::OvaParams::virtualbox(
-                            vm_name,
-                            self.plan.version.clone(),
-                        )
-                    }
-                };
-                crate::formats::ova::write_ova_cached(
-                    view,
-                    out,
-                    &p,
-                    self.threads,
-                    prog,
-                    Some(&self.chunks),
-                )?;
-            }
-            Format::GcpTar => {
-                crate::formats::gcp::write_gcp_tar_gz(view, out, self.threads, prog)?;
-            }
-            Format::OciArchive => {
-                // The qcow2 (uncompressed, as osbuild writes it) inside the
-                // image's /disk/.
-                let qcow2 = self.work.join(format!("{}.qcow2", art.platform));
-                crate::formats::qcow2::write_qcow2_file(
-                    view,
-                    &qcow2,
-                    crate::formats::qcow2::CLUSTER_SIZE,
-                )?;
-                prog(view.len());
-                let disk_name = format!(
-                    "{}-{}-{}.{}.qcow2",
-                    self.plan.name, self.plan.version, art.platform, self.plan.release.arch
-                );
-                crate::formats::oci::write_containerdisk(
-                    &qcow2,
-                    out,
-                    self.work,
-                    &crate::formats::oci::OciDisk {
-                        disk_name: &disk_name,
-                        architecture: &crate::release::oci_arch(&self.plan.release.arch),
-                        version: &self.plan.version,
-                        mtime: self.os.timestamp.max(0) as u64,
-                    },
-                    self.threads,
-                )?;
-                std::fs::remove_file(&qcow2).ok();
-            }
-            Format::Vhdx => {
-                crate::formats::vhdx::write_vhdx(view, out, prog)?;
-            }
-            Format::Raw | Format::Live => {
-                bail!("no disk encoder for {} ({})", art.platform, art.format)
-            }
-        }
-        Ok(None)
+        let arch = &self.plan.release.arch;
+        let ctx = crate::formats::EncodeCtx {
+            name: &self.plan.name,
+            version: &self.plan.version,
+            // The artifact's name without the compression extension.
+            file: &art
+                .spec
+                .file_name(&self.plan.name, &self.plan.version, arch, Compressor::None),
+            platform: &art.platform,
+            arch,
+            oci_arch: &crate::release::oci_arch(arch),
+            mtime: self.os.timestamp.max(0) as u64,
+            align: self.plan.compressor.chunk_size() as u64,
+            threads: self.threads,
+            chunks: Some(&self.chunks),
+            work: self.work,
+            vmware: crate::formats::VmwareSettings {
+                os_type: img.vmware_os_type.value.clone(),
+                hw_version: u32::try_from(img.vmware_hw_version.value)
+                    .context("vmware-hw-version")?,
+                secure_boot: img.vmware_secure_boot.value,
+            },
+        };
+        crate::formats::encode(art.spec.format, view, out, &ctx, prog)
     }
 
     /// The OS container as an OCI archive (cosa's `images.ostree`).

@@ -8,7 +8,11 @@ pub mod vhd;
 pub mod vhdx;
 pub mod vmdk;
 
+use crate::io::compress::ChunkCache;
+use crate::io::view::DiskView;
+use anyhow::{bail, Result};
 use serde::Serialize;
+use std::path::Path;
 
 /// How an artifact is encoded. The encoder is chosen by this, never by a
 /// file name.
@@ -67,4 +71,124 @@ impl Format {
             Format::Live => "live ISO + PXE kernel/initramfs/rootfs",
         }
     }
+}
+
+/// zlib level of compressed qcow2 clusters (QEMU's `Z_DEFAULT_COMPRESSION`,
+/// `block/qcow2-threads.c`).
+const QCOW2_DEFLATE_LEVEL: u32 = 6;
+
+/// image.json's VMware values (SPEC 1.2), for the vmware OVA.
+#[derive(Debug, Clone)]
+pub struct VmwareSettings {
+    pub os_type: String,
+    pub hw_version: u32,
+    pub secure_boot: bool,
+}
+
+/// What an encoder needs besides the disk.
+pub struct EncodeCtx<'a> {
+    /// OS name and version (`rhcos`, `418.94...`).
+    pub name: &'a str,
+    pub version: &'a str,
+    /// The artifact's file name without a compression extension (a VMDK's
+    /// extent name).
+    pub file: &'a str,
+    pub platform: &'a str,
+    /// CoreOS and OCI architecture names.
+    pub arch: &'a str,
+    pub oci_arch: &'a str,
+    /// Time stamp of archive members, Unix seconds.
+    pub mtime: u64,
+    /// qcow2 shared-block alignment: the compressor's chunk (0: none).
+    pub align: u64,
+    pub threads: usize,
+    pub chunks: Option<&'a ChunkCache>,
+    /// Scratch space for intermediate files.
+    pub work: &'a Path,
+    pub vmware: VmwareSettings,
+}
+
+/// The one entry point of the encoders: write `view` as `format` to `out`
+/// (uncompressed). Returns the bytes of the output that other platforms'
+/// outputs share, if the format places them at fixed offsets (qcow2).
+/// Raw disks and the live files are not encoded here (they are compressed
+/// or assembled by their own stages).
+pub fn encode(
+    format: Format,
+    view: &dyn DiskView,
+    out: &Path,
+    c: &EncodeCtx,
+    prog: &(dyn Fn(u64) + Sync),
+) -> Result<Option<qcow2::SharedBlocks>> {
+    match format {
+        Format::Qcow2 { compressed: false } => {
+            let align = match c.align {
+                0 => qcow2::CLUSTER_SIZE,
+                a => a,
+            };
+            let stats = qcow2::write_qcow2_file(view, out, align)?;
+            prog(view.len());
+            return Ok(stats.shared);
+        }
+        Format::Qcow2 { compressed: true } => {
+            qcow2::write_qcow2_compressed_file(view, out, QCOW2_DEFLATE_LEVEL, c.threads, prog)?;
+        }
+        Format::Vmdk => {
+            let opts = vmdk::VmdkOptions {
+                extent_name: Some(c.file.to_string()),
+                ..Default::default()
+            };
+            vmdk::write_vmdk_cached(view, out, &opts, c.threads, prog, c.chunks)?;
+        }
+        Format::Vhd => {
+            vhd::write_vhd(view, out, prog)?;
+        }
+        Format::Vhdx => {
+            vhdx::write_vhdx(view, out, prog)?;
+        }
+        Format::Ova { template } => {
+            let vm_name = format!("{}-{}", c.name, c.version);
+            let p = match template {
+                OvfTemplate::Vmware => ova::OvaParams::new(
+                    vm_name,
+                    c.vmware.os_type.clone(),
+                    c.vmware.hw_version,
+                    c.vmware.secure_boot,
+                    c.version,
+                ),
+                OvfTemplate::Virtualbox => ova::OvaParams::virtualbox(vm_name, c.version),
+            };
+            ova::write_ova_cached(view, out, &p, c.threads, prog, c.chunks)?;
+        }
+        Format::GcpTar => {
+            gcp::write_gcp_tar_gz(view, out, c.threads, prog)?;
+        }
+        Format::OciArchive => {
+            // The qcow2 (uncompressed, as osbuild writes it) inside the
+            // image's /disk/.
+            let qcow2 = tempfile::Builder::new()
+                .prefix(&format!(".{}-", c.platform))
+                .suffix(".qcow2")
+                .tempfile_in(c.work)?;
+            qcow2::write_qcow2_file(view, qcow2.path(), qcow2::CLUSTER_SIZE)?;
+            prog(view.len());
+            let disk_name = format!("{}-{}-{}.{}.qcow2", c.name, c.version, c.platform, c.arch);
+            oci::write_containerdisk(
+                qcow2.path(),
+                out,
+                c.work,
+                &oci::OciDisk {
+                    disk_name: &disk_name,
+                    architecture: c.oci_arch,
+                    version: c.version,
+                    mtime: c.mtime,
+                },
+                c.threads,
+            )?;
+        }
+        Format::Raw | Format::Live => {
+            bail!("{} is not encoded from a disk view", format.describe())
+        }
+    }
+    Ok(None)
 }
