@@ -60,6 +60,8 @@ fn built() -> &'static Built {
                 .collect::<Vec<_>>(),
         );
         assert!(o.status.success(), "generate all failed:\n{}", stderr(&o));
+        // Kept for the per-platform sizes and times it reports.
+        std::fs::write(root.join("generate.log"), stderr(&o)).unwrap();
         let meta: Value =
             serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
         Built {

@@ -1040,7 +1040,7 @@ impl Builder<'_> {
             .plan
             .artifacts
             .iter()
-            .filter(|x| x.platform == "metal" || x.platform == "metal4k")
+            .filter(|x| x.spec.is_metal_disk())
             .collect();
         if metals.is_empty() {
             self.r.note("live: neither metal nor metal4k is built in this run, so rootfs.img carries no osmet file and `coreos-installer install` from the live system needs the network");

@@ -356,6 +356,12 @@ impl PlatformSpec {
         self.format == Format::Live
     }
 
+    /// A metal disk: what `coreos-installer install` writes (the live
+    /// rootfs carries an osmet file for each, SPEC 5).
+    pub fn is_metal_disk(&self) -> bool {
+        self.size == SizeRule::Metal && self.format == Format::Raw
+    }
+
     /// Whether the disk boots with BIOS too (512-byte sectors; the live ISO
     /// boots BIOS with ISOLINUX, not the OS's GRUB).
     pub fn bios(&self) -> bool {
@@ -501,5 +507,11 @@ mod tests {
         assert_eq!(f("ibmcloud").disk_size(GIB, 16 * GIB), 100 * GIB);
         assert_eq!(f("metal").disk_size(GIB, 16 * GIB), GIB);
         assert!(!f("nutanix").exists_for("aarch64"));
+        let metal: Vec<&str> = PLATFORMS
+            .iter()
+            .filter(|p| p.is_metal_disk())
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(metal, ["metal", "metal4k"]);
     }
 }
