@@ -920,38 +920,25 @@ impl Builder<'_> {
         let iso_tmp = temp(&l.iso)?;
         let stage = st.dir.join("iso");
         cancel::pause_point("iso")?;
-        live::iso::build_iso(
-            &stage,
-            iso_tmp.path(),
-            &live::iso::IsoInput {
-                volid: &l.volume_id,
-                kernel: &st.kernel,
-                initramfs: &st.initramfs,
-                rootfs: &st.rootfs,
-                efiboot: &st.efiboot,
-                menus: &st.menus,
-                syslinux: sys,
-                mtime: self.os.timestamp,
-                features: &st.features,
-            },
-        )?;
+        let input = live::iso::IsoInput {
+            volid: &l.volume_id,
+            kernel: &st.kernel,
+            initramfs: &st.initramfs,
+            rootfs: &st.rootfs,
+            efiboot: &st.efiboot,
+            menus: &st.menus,
+            syslinux: sys,
+            mtime: self.os.timestamp,
+            features: &st.features,
+        };
+        live::iso::build_iso(&stage, iso_tmp.path(), &input)?;
         let full_mib = std::fs::metadata(iso_tmp.path())?.len() >> 20;
         let minimal = st.dir.join("minimal.iso");
         let ms = live::iso::add_minimal_iso(
             &stage,
             iso_tmp.path(),
             &minimal,
-            &live::iso::IsoInput {
-                volid: &l.volume_id,
-                kernel: &st.kernel,
-                initramfs: &st.initramfs,
-                rootfs: &st.rootfs,
-                efiboot: &st.efiboot,
-                menus: &st.menus,
-                syslinux: sys,
-                mtime: self.os.timestamp,
-                features: &st.features,
-            },
+            &input,
             &format!("bootimage-gen {}", env!("CARGO_PKG_VERSION")),
         )?;
         let minimal_mib = std::fs::metadata(&minimal)?.len() as f64 / (1u64 << 20) as f64;

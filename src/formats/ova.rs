@@ -400,22 +400,27 @@ const VBOX_MACHINE_UUID: &str = "fdee0598-5b31-4597-a441-36575dda937a";
 const RT_SATA: u32 = 20;
 const RT_USB: u32 = 23;
 
+/// The VM name and the optional `<Product>`/`<Vendor>` lines of the
+/// ProductSection, escaped (both templates carry them alike).
+fn names(p: &OvaParams) -> (String, String, String) {
+    let line = |tag: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|s| format!("\n      <{tag}>{}</{tag}>", esc(s)))
+            .unwrap_or_default()
+    };
+    (
+        esc(&p.vm_name),
+        line("Product", &p.product),
+        line("Vendor", &p.vendor),
+    )
+}
+
 /// cosa's `virtualbox-template.xml` filled in: an AHCI (SATA) controller
 /// holding the disk, a USB controller, an E1000 NIC on NAT, and a
 /// `vbox:Machine` section (EFI firmware, virtio NIC, the disk attached by
 /// its UUID) that VirtualBox imports as is.
 fn render_virtualbox(p: &OvaParams, disk: &OvfDisk) -> String {
-    let name = esc(&p.vm_name);
-    let product = p
-        .product
-        .as_deref()
-        .map(|s| format!("\n      <Product>{}</Product>", esc(s)))
-        .unwrap_or_default();
-    let vendor = p
-        .vendor
-        .as_deref()
-        .map(|s| format!("\n      <Vendor>{}</Vendor>", esc(s)))
-        .unwrap_or_default();
+    let (name, product, vendor) = names(p);
     format!(
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <Envelope xmlns="{NS_OVF}" xmlns:ovf="{NS_OVF}" xmlns:rasd="{NS_RASD}" xmlns:vssd="{NS_VSSD}" xmlns:vbox="{NS_VBOX}">
@@ -556,17 +561,7 @@ fn render_virtualbox(p: &OvaParams, disk: &OvfDisk) -> String {
 
 /// cosa's `vmware-template.xml` filled in.
 fn render_vmware(p: &OvaParams, disk: &OvfDisk) -> String {
-    let name = esc(&p.vm_name);
-    let product = p
-        .product
-        .as_deref()
-        .map(|s| format!("\n      <Product>{}</Product>", esc(s)))
-        .unwrap_or_default();
-    let vendor = p
-        .vendor
-        .as_deref()
-        .map(|s| format!("\n      <Vendor>{}</Vendor>", esc(s)))
-        .unwrap_or_default();
+    let (name, product, vendor) = names(p);
     format!(
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <Envelope xmlns="{NS_OVF}" xmlns:ovf="{NS_OVF}" xmlns:rasd="{NS_RASD}" xmlns:vssd="{NS_VSSD}" xmlns:vmw="{NS_VMW}">

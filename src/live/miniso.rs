@@ -28,6 +28,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+// miniso.dat is bincode 1 with varint integers, as osmet is.
+use super::osmet::varint;
+
 /// coreos-installer `src/miniso.rs` `HEADER_MAGIC`, `HEADER_VERSION`.
 pub const MAGIC: [u8; 8] = *b"MINISO\0\0";
 pub const VERSION: u32 = 1;
@@ -117,21 +120,6 @@ pub struct Entry {
     pub minimal: u32,
     pub full: u32,
     pub length: u32,
-}
-
-fn varint(w: &mut Vec<u8>, n: u64) {
-    if n < 251 {
-        w.push(n as u8);
-    } else if n <= u16::MAX as u64 {
-        w.push(251);
-        w.extend_from_slice(&(n as u16).to_le_bytes());
-    } else if n <= u32::MAX as u64 {
-        w.push(252);
-        w.extend_from_slice(&(n as u32).to_le_bytes());
-    } else {
-        w.push(253);
-        w.extend_from_slice(&n.to_le_bytes());
-    }
 }
 
 /// The EFI partitions (MBR type 0xEF) of a hybrid ISO: byte offset, length.

@@ -329,7 +329,8 @@ pub fn scan(root: &Path, boot: &Path) -> Result<ExtentMap> {
 
 // --- bincode 1 (varint, little endian) -------------------------------------
 
-fn varint(w: &mut Vec<u8>, n: u64) {
+/// bincode 1's varint encoding of an integer (also miniso.dat's).
+pub(crate) fn varint(w: &mut Vec<u8>, n: u64) {
     if n < 251 {
         w.push(n as u8);
     } else if n <= u16::MAX as u64 {
