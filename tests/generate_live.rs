@@ -864,7 +864,10 @@ fn all_includes_live_when_the_os_has_what_it_needs() {
     let (names, err) = dry_run_all("release-noliveefi");
     assert!(!names.iter().any(|n| n == "live"), "{names:?}");
     assert!(names.iter().any(|n| n == "metal"), "{names:?}");
-    assert!(err.contains("all: leaving live out"), "{err}");
+    assert!(
+        err.contains("all: leaving the live ISO and PXE files out"),
+        "{err}"
+    );
     assert!(err.contains("no vendor directory"), "{err}");
 }
 
