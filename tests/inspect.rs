@@ -703,6 +703,10 @@ fn platforms_lists_the_table() {
     let o = run(c.path(), &["platforms"]);
     assert!(o.status.success());
     let out = stdout(&o);
+    let v = ok_json(c.path(), &["platforms", "--json"]);
+    let rows = v.as_array().unwrap();
+    // RHCOS's x86_64 platforms, cosa's others and live: each in the text
+    // table and in the JSON, once.
     for p in [
         "metal",
         "metal4k",
@@ -712,11 +716,36 @@ fn platforms_lists_the_table() {
         "vmware",
         "azure",
         "gcp",
+        "azurestack",
+        "ibmcloud",
+        "kubevirt",
+        "nutanix",
+        "oraclecloud",
+        "hyperv",
+        "virtualbox",
         "live",
     ] {
-        assert!(out.lines().any(|l| l.starts_with(p)), "{p} missing:\n{out}");
+        assert!(
+            out.lines().any(|l| l.split_whitespace().next() == Some(p)),
+            "{p} missing:\n{out}"
+        );
+        assert_eq!(
+            rows.iter().filter(|r| r["name"] == p).count(),
+            1,
+            "{p} in --json"
+        );
     }
-    let v = ok_json(c.path(), &["platforms", "--json"]);
-    assert_eq!(v.as_array().unwrap().len(), 9);
-    assert_eq!(v[2]["ignition_id"], "qemu");
+    // One text row per JSON row (the table's rows start with a name).
+    let text_rows = out
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .count();
+    assert_eq!(text_rows, rows.len(), "{out}");
+    let qemu = rows.iter().find(|r| r["name"] == "qemu").unwrap();
+    assert_eq!(qemu["ignition_id"], "qemu");
+    assert_eq!(
+        rows.iter().find(|r| r["name"] == "live").unwrap()["ignition_id"],
+        "metal"
+    );
 }
