@@ -28,8 +28,6 @@ case "${1:-}" in
 esac
 
 IMAGE=${BOOTIMAGE_GEN_IMAGE:-localhost/bootimage-gen}
-MIRROR=${BOOTIMAGE_GEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SECURITY=${MIRROR%/debian}/debian-security
 CACHE=.cache/container
 # This host's quirks (see README, Troubleshooting): crun fails on hybrid
 # cgroups, podman's default rlimits exceed the sandbox's.
@@ -43,24 +41,10 @@ for tool in podman mmdebstrap; do
   command -v "$tool" >/dev/null || { say "$tool is not installed (run scripts/install-deps.sh)"; exit 1; }
 done
 
-# The base rootfs, keyed by what mmdebstrap is given (not by date: a cached
-# base is reused until these inputs change or it is removed).
-MM_ARGS=(--variant=minbase --include=ca-certificates --format=tar bookworm)
-MM_SOURCES=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main")
-base_key=$(printf '%s\n' "${MM_ARGS[@]}" "${MM_SOURCES[@]}" | hash)
-base=localhost/bootimage-gen-base:$base_key
-if ! podman image exists "$base"; then
-  tar=$CACHE/base-$base_key.tar
-  if [ ! -s "$tar" ]; then
-    say "mmdebstrap ${MM_ARGS[*]} -> $tar"
-    mmdebstrap -q "${MM_ARGS[@]}" "$tar.tmp" "${MM_SOURCES[@]}" >&2
-    mv "$tar.tmp" "$tar"
-    # Older bases are of no more use.
-    find "$CACHE" -maxdepth 1 -name 'base-*.tar' ! -name "base-$base_key.tar" -delete
-  fi
-  say "podman import $tar"
-  podman import -q "$tar" "$base" >/dev/null
-fi
+# The base rootfs (scripts/debian-rootfs.sh: keyed by what mmdebstrap is
+# given, not by date).
+. scripts/debian-rootfs.sh
+base=$(debian_rootfs_image localhost/bootimage-gen-base "$CACHE" --variant=minbase --include=ca-certificates)
 
 # The build context: only what the Containerfile copies.
 ctx=$CACHE/ctx-$target

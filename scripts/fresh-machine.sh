@@ -50,29 +50,12 @@ RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
 HOST_CARGO=${CARGO_HOME:-$HOME/.cargo}
 [ -d "$RUSTUP_HOME/toolchains" ] || { say "no rustup toolchain in $RUSTUP_HOME: this check mounts the machine's own"; exit 1; }
 
-MIRROR=${BOOTIMAGE_GEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SECURITY=${MIRROR%/debian}/debian-security
 CACHE=$top/.cache/fresh-machine
 mkdir -p "$CACHE/apt-archives/partial"
 # Its package lists are kept (mmdebstrap removes them by default), to be made stale.
-MM_ARGS=(--variant=minbase --include=ca-certificates,make,git --skip=cleanup/apt/lists --format=tar bookworm)
-MM_SOURCES=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main")
-key=$(printf '%s\n' "${MM_ARGS[@]}" "${MM_SOURCES[@]}" | sha256sum | cut -c1-16)
-image=localhost/bootimage-gen-fresh:$key
-if ! podman image exists "$image"; then
-  tar=$CACHE/rootfs-$key.tar
-  if [ ! -s "$tar" ]; then
-    say "mmdebstrap ${MM_ARGS[*]} -> $tar"
-    mmdebstrap -q "${MM_ARGS[@]}" "$tar.tmp" "${MM_SOURCES[@]}" >&2
-    mv "$tar.tmp" "$tar"
-    find "$CACHE" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-$key.tar" -delete
-  fi
-  podman import -q "$tar" "$image" >/dev/null
-  # Older rootfs images are of no more use.
-  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' localhost/bootimage-gen-fresh); do
-    [ "$old" = "$image" ] || podman rmi "$old" >/dev/null 2>&1 || true
-  done
-fi
+. "$top/scripts/debian-rootfs.sh"
+image=$(debian_rootfs_image localhost/bootimage-gen-fresh "$CACHE" \
+  --variant=minbase --include=ca-certificates,make,git --skip=cleanup/apt/lists)
 
 work=$(mktemp -d /var/tmp/bootimage-gen-fresh.XXXXXX)
 name=bootimage-gen-fresh-$$

@@ -255,13 +255,6 @@ fn install_bios_grub(disk: &Path, boot_img: &Path, core_img: &Path) {
     f.write_all(&core).unwrap();
 }
 
-fn sha256_file(p: &Path) -> String {
-    let mut f = fs::File::open(p).unwrap();
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).unwrap();
-    hex::encode(h.finalize())
-}
-
 fn t() -> Duration {
     default_timeout()
 }

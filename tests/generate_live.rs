@@ -13,7 +13,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 struct Built {
     root: PathBuf,
@@ -23,29 +22,7 @@ struct Built {
 }
 
 fn generate_into(root: &Path, release: &str) -> (PathBuf, Value, String) {
-    let out = root.join("out");
-    let t = Instant::now();
-    let o = run(
-        &root.join("cache"),
-        &[
-            "generate",
-            &oci(release),
-            "live",
-            "-o",
-            out.to_str().unwrap(),
-            "--progress",
-            "plain",
-        ],
-    );
-    assert!(o.status.success(), "generate live failed:\n{}", stderr(&o));
-    eprintln!(
-        "generate {release} live: {:.1} s\n{}",
-        t.elapsed().as_secs_f64(),
-        stderr(&o)
-    );
-    let meta: Value =
-        serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
-    (out, meta, stderr(&o))
+    generate_logged(root, &[&oci(release), "live"])
 }
 
 /// One `generate <release> live` run shared by every test here.
@@ -69,28 +46,9 @@ fn artifact(key: &str) -> PathBuf {
     image_file(&b.meta, &b.out, key)
 }
 
-fn read(p: &Path) -> Vec<u8> {
-    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn sha256(p: &Path) -> String {
-    bootimage_gen::util::sha256_hex(&read(p))
-}
-
 /// A file of the fixture OS commit.
 fn os_file(path: &str) -> Vec<u8> {
-    let o = Command::new("ostree")
-        .args([
-            "cat",
-            "--repo",
-            fixture_dir().join("repo").to_str().unwrap(),
-            fx()["rhel_coreos"]["commit"].as_str().unwrap(),
-            path,
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "ostree cat {path}");
-    o.stdout
+    fixture_os_file(fx()["rhel_coreos"]["commit"].as_str().unwrap(), path)
 }
 
 fn kdir() -> String {
@@ -228,7 +186,7 @@ fn meta_sums_and_stream() {
         assert_eq!(e["path"], file.as_str(), "{key}");
         let p = b.out.join(&file);
         assert_eq!(e["size"], std::fs::metadata(&p).unwrap().len(), "{key}");
-        assert_eq!(e["sha256"], sha256(&p).as_str(), "{key}");
+        assert_eq!(e["sha256"], sha256_file(&p).as_str(), "{key}");
         assert_eq!(e["skip-compression"], true, "{key}");
     }
     must(
@@ -702,7 +660,7 @@ fn customised_iso_boots_with_its_ignition_and_kargs() {
         &[&copy],
     );
     ci(&["iso", "kargs", "modify", "-a", "foo=bar"], &[&copy]);
-    let want_ign = sha256(&ign);
+    let want_ign = sha256_file(&ign);
     for fw in [Firmware::Bios, Firmware::Uefi] {
         let r = boot::assert_boots(&[Media::Cdrom(copy.clone())], fw, boot::default_timeout());
         report(&format!("customised iso {fw}"), &r);

@@ -30,22 +30,10 @@ struct Built {
 }
 
 fn generate(root: &Path, release: &str, platforms: &[&str]) -> (PathBuf, Value, String) {
-    let out = root.join("out");
-    let t = Instant::now();
-    let mut args = vec!["generate".to_string(), oci(release)];
-    args.extend(platforms.iter().map(|s| s.to_string()));
-    args.extend(["-o", out.to_str().unwrap(), "--progress", "plain"].map(String::from));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = run(&root.join("cache"), &a);
-    assert!(o.status.success(), "generate failed:\n{}", stderr(&o));
-    eprintln!(
-        "generate {release} {platforms:?}: {:.1} s\n{}",
-        t.elapsed().as_secs_f64(),
-        stderr(&o)
-    );
-    let meta: Value =
-        serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
-    (out, meta, stderr(&o))
+    let rel = oci(release);
+    let mut args = vec![rel.as_str()];
+    args.extend_from_slice(platforms);
+    generate_logged(root, &args)
 }
 
 /// One `generate release metal metal4k live` run shared by the tests.
@@ -87,23 +75,8 @@ fn artifact(key: &str) -> PathBuf {
     image_file(&b.meta, &b.out, key)
 }
 
-fn read(p: &Path) -> Vec<u8> {
-    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
 fn os_file(path: &str) -> Vec<u8> {
-    let o = Command::new("ostree")
-        .args([
-            "cat",
-            "--repo",
-            fixture_dir().join("repo").to_str().unwrap(),
-            fx()["rhel_coreos"]["commit"].as_str().unwrap(),
-            path,
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "ostree cat {path}");
-    o.stdout
+    fixture_os_file(fx()["rhel_coreos"]["commit"].as_str().unwrap(), path)
 }
 
 fn version() -> String {
@@ -234,13 +207,6 @@ impl Drop for Loop {
     fn drop(&mut self) {
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
-}
-
-fn sha256_file(p: &Path) -> String {
-    let mut f = std::fs::File::open(p).unwrap();
-    let mut h = <sha2::Sha256 as sha2::Digest>::new();
-    std::io::copy(&mut f, &mut h).unwrap();
-    hex::encode(sha2::Digest::finalize(h))
 }
 
 #[test]

@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 const MIB: u64 = 1 << 20;
 const RELEASE: &str = "release-rhel10";
@@ -37,33 +36,19 @@ fn built() -> &'static Built {
     B.get_or_init(|| {
         let root = top().join("target/tmp/rhel10");
         let _ = std::fs::remove_dir_all(&root);
-        let out = root.join("out");
         let raw = root.join("raw");
-        let t = Instant::now();
-        let o = run(
-            &root.join("cache"),
+        let (out, meta, log) = generate_logged(
+            &root,
             &[
-                "generate",
                 &oci(RELEASE),
                 "live",
                 "metal",
-                "-o",
-                out.to_str().unwrap(),
                 "--debug-raw-dir",
                 raw.to_str().unwrap(),
-                "--progress",
-                "plain",
             ],
         );
-        assert!(o.status.success(), "generate failed:\n{}", stderr(&o));
-        eprintln!(
-            "generate {RELEASE} live metal: {:.1} s\n{}",
-            t.elapsed().as_secs_f64(),
-            stderr(&o)
-        );
-        let meta = serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
         Built {
-            log: stderr(&o),
+            log,
             root,
             out,
             raw,
@@ -75,10 +60,6 @@ fn built() -> &'static Built {
 fn artifact(key: &str) -> PathBuf {
     let b = built();
     image_file(&b.meta, &b.out, key)
-}
-
-fn sha256(p: &Path) -> String {
-    bootimage_gen::util::sha256_hex(&std::fs::read(p).unwrap())
 }
 
 /// The metal disk's root and boot filesystems, mounted read-only.
@@ -125,7 +106,7 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
                     format!("-> {}", std::fs::read_link(e.path()).unwrap().display()),
                 );
             } else if ft.is_file() {
-                m.insert(key, sha256(&e.path()));
+                m.insert(key, sha256_file(&e.path()));
             }
         }
     }
@@ -367,7 +348,11 @@ fn coreos_installer_extracts_the_same_pxe_files() {
             .iter()
             .find(|n| n.ends_with(suffix))
             .unwrap_or_else(|| panic!("{suffix} not in {names:?}"));
-        assert_eq!(sha256(&dir.join(n)), sha256(&artifact(key)), "{n}");
+        assert_eq!(
+            sha256_file(&dir.join(n)),
+            sha256_file(&artifact(key)),
+            "{n}"
+        );
     }
 }
 
@@ -434,23 +419,11 @@ fn pxe_boots_with_the_erofs_root() {
 
 // ------------------------------------------------------------ bootupd
 
-fn fixture_os_file(path: &str) -> Vec<u8> {
-    let commit = fx()["release_rhel10"]["os"]["commit"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let repo = fixture_dir().join("repo");
-    let o = Command::new("ostree")
-        .arg(format!("--repo={}", repo.display()))
-        .args(["cat", &commit, path])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "ostree cat {path}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o.stdout
+fn rhel10_os_file(path: &str) -> Vec<u8> {
+    fixture_os_file(
+        fx()["release_rhel10"]["os"]["commit"].as_str().unwrap(),
+        path,
+    )
 }
 
 #[test]
@@ -461,9 +434,9 @@ fn disk_has_bootupd_state_and_static_configs() {
     let state: Value =
         serde_json::from_slice(&std::fs::read(b.join("bootupd-state.json")).unwrap()).unwrap();
     let efi_json: Value =
-        serde_json::from_slice(&fixture_os_file("/usr/lib/bootupd/updates/EFI.json")).unwrap();
+        serde_json::from_slice(&rhel10_os_file("/usr/lib/bootupd/updates/EFI.json")).unwrap();
     let bios_json: Value =
-        serde_json::from_slice(&fixture_os_file("/usr/lib/bootupd/updates/BIOS.json")).unwrap();
+        serde_json::from_slice(&rhel10_os_file("/usr/lib/bootupd/updates/BIOS.json")).unwrap();
     assert_eq!(state["installed"]["EFI"]["meta"], efi_json);
     assert_eq!(state["installed"]["BIOS"]["meta"], bios_json);
     assert_eq!(state["pending"], Value::Null);
@@ -477,7 +450,7 @@ fn disk_has_bootupd_state_and_static_configs() {
         &format!("{vendor}/grubx64.efi"),
         &format!("{vendor}/shimx64.efi"),
     ] {
-        let data = fixture_os_file(&format!("/usr/lib/bootupd/updates/EFI/{f}"));
+        let data = rhel10_os_file(&format!("/usr/lib/bootupd/updates/EFI/{f}"));
         use sha2::Digest;
         assert_eq!(
             children[f]["sha512"],
@@ -488,7 +461,7 @@ fn disk_has_bootupd_state_and_static_configs() {
     }
     // grub.cfg: bootupd's concatenation of the OS's grub2-static files.
     let cfg = std::fs::read_to_string(b.join("grub2/grub.cfg")).unwrap();
-    let pre = String::from_utf8(fixture_os_file(
+    let pre = String::from_utf8(rhel10_os_file(
         "/usr/lib/bootupd/grub2-static/grub-static-pre.cfg",
     ))
     .unwrap();
@@ -497,7 +470,7 @@ fn disk_has_bootupd_state_and_static_configs() {
         "{cfg}"
     );
     for d in ["05_ignition.cfg", "10_blscfg.cfg", "41_custom.cfg"] {
-        let text = String::from_utf8(fixture_os_file(&format!(
+        let text = String::from_utf8(rhel10_os_file(&format!(
             "/usr/lib/bootupd/grub2-static/configs.d/{d}"
         )))
         .unwrap();
@@ -525,7 +498,7 @@ fn disk_has_bootupd_state_and_static_configs() {
             .arg(format!("{}@@{}", raw.display(), 2 * MIB))
             .arg(format!("::EFI/{vendor}/grub.cfg")),
     );
-    let want = String::from_utf8(fixture_os_file(
+    let want = String::from_utf8(rhel10_os_file(
         "/usr/lib/bootupd/grub2-static/grub-static-efi.cfg",
     ))
     .unwrap();
@@ -585,9 +558,9 @@ fn real_bootupctl_status_reads_the_state() {
     let text = bootupctl("status");
     eprintln!("bootupctl status:\n{text}");
     let efi: Value =
-        serde_json::from_slice(&fixture_os_file("/usr/lib/bootupd/updates/EFI.json")).unwrap();
+        serde_json::from_slice(&rhel10_os_file("/usr/lib/bootupd/updates/EFI.json")).unwrap();
     let bios: Value =
-        serde_json::from_slice(&fixture_os_file("/usr/lib/bootupd/updates/BIOS.json")).unwrap();
+        serde_json::from_slice(&rhel10_os_file("/usr/lib/bootupd/updates/BIOS.json")).unwrap();
     assert!(
         text.contains(&format!(
             "Component EFI\n  Installed: {}\n  Update: At latest version",

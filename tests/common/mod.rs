@@ -10,6 +10,51 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// A file's bytes (the panic names the file).
+pub fn read(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// SHA-256 of a file, streamed, in lower-case hex.
+pub fn sha256_file(p: &Path) -> String {
+    bootimage_gen::meta::sha256_file(p).unwrap().0
+}
+
+/// A file of an OS commit in the fixture's ostree repo (`ostree cat`).
+pub fn fixture_os_file(commit: &str, path: &str) -> Vec<u8> {
+    let o = Command::new("ostree")
+        .arg(format!("--repo={}", fixture_dir().join("repo").display()))
+        .args(["cat", commit, path])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "ostree cat {commit} {path}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+/// `generate ARGS -o ROOT/out --progress plain` with its cache in
+/// ROOT/cache: asserts success and prints its log and time; gives the
+/// output directory, its meta.json and the log.
+pub fn generate_logged(root: &Path, args: &[&str]) -> (PathBuf, Value, String) {
+    let out = root.join("out");
+    let t = Instant::now();
+    let mut a = vec!["generate"];
+    a.extend_from_slice(args);
+    a.extend(["-o", out.to_str().unwrap(), "--progress", "plain"]);
+    let o = run(&root.join("cache"), &a);
+    let log = stderr(&o);
+    assert!(o.status.success(), "generate {args:?} failed:\n{log}");
+    eprintln!(
+        "generate {args:?}: {:.1} s\n{log}",
+        t.elapsed().as_secs_f64()
+    );
+    let meta = serde_json::from_slice(&read(&out.join("meta.json"))).unwrap();
+    (out, meta, log)
+}
+
 /// The file of `images.<key>` of a run's `meta.json`, in its output `out`.
 pub fn image_file(meta: &Value, out: &Path, key: &str) -> PathBuf {
     let p = meta["images"][key]["path"]
