@@ -1057,10 +1057,7 @@ impl Builder<'_> {
                 },
             ];
             // cosa names it after the uncompressed image.
-            let raw = [".gz", ".xz", ".zst"]
-                .iter()
-                .find_map(|x| art.file.strip_suffix(x))
-                .unwrap_or(&art.file);
+            let raw = self.uncompressed_name(art);
             let name = format!("{raw}.osmet");
             let path = st.dir.join(&name);
             let s = osmet::pack(
@@ -1284,6 +1281,13 @@ impl Builder<'_> {
 }
 
 impl Builder<'_> {
+    /// The artifact's file name without the compression extension.
+    fn uncompressed_name(&self, art: &PlanArtifact) -> String {
+        let p = &self.plan;
+        art.spec
+            .file_name(&p.name, &p.version, &p.release.arch, Compressor::None)
+    }
+
     /// Write `view` in the artifact's format (uncompressed) to `out`
     /// ([`crate::formats::encode`]).
     fn encode(
@@ -1298,10 +1302,7 @@ impl Builder<'_> {
         let ctx = crate::formats::EncodeCtx {
             name: &self.plan.name,
             version: &self.plan.version,
-            // The artifact's name without the compression extension.
-            file: &art
-                .spec
-                .file_name(&self.plan.name, &self.plan.version, arch, Compressor::None),
+            file: &self.uncompressed_name(art),
             platform: &art.platform,
             arch,
             oci_arch: &crate::release::oci_arch(arch),

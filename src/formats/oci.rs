@@ -18,9 +18,9 @@
 //! KubeVirt's containerDisk reads the first disk image under `/disk`
 //! (kubevirt `docs/container-register-disks.md`).
 use crate::io::compress::{compress_view, Compressor};
-use crate::io::view::{DiskView, FileView};
+use crate::io::view::{Composite, FileView, Patch};
+use crate::util::sha256_hex;
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
@@ -71,37 +71,42 @@ pub fn write_containerdisk(
 }
 
 fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> Result<OciStats> {
-    let layer_tar = tempfile::Builder::new()
+    // The layer tar is never staged: its member headers (from memory) and
+    // the qcow2 (read in place) are one view, gzip'd as any disk is.
+    let len = std::fs::metadata(disk)
+        .with_context(|| format!("opening {}", disk.display()))?
+        .len();
+    let head = layer_head(d, len)?;
+    let head_file = tempfile::Builder::new()
         .prefix(".layer-")
         .suffix(".tar")
         .tempfile_in(work)
         .with_context(|| format!("creating the layer in {}", work.display()))?;
-    {
-        let mut t = tar::Builder::new(BufWriter::new(layer_tar.as_file()));
-        t.mode(tar::HeaderMode::Deterministic);
-        let mut h = header(d.mtime, 0o755, tar::EntryType::Directory, 0);
-        t.append_data(&mut h, format!("{DISK_DIR}/"), std::io::empty())?;
-        let f = File::open(disk).with_context(|| format!("opening {}", disk.display()))?;
-        let len = f.metadata()?.len();
-        let mut h = header(d.mtime, 0o644, tar::EntryType::Regular, len);
-        t.append_data(&mut h, format!("{DISK_DIR}/{}", d.disk_name), f)?;
-        t.into_inner()?.flush()?;
-    }
+    std::fs::write(head_file.path(), &head)?;
+    let head_view = FileView::open(head_file.path())?;
+    let at = head.len() as u64;
+    // Data padded to a block, then the two zero blocks ending the archive.
+    let layer_len = at + len.next_multiple_of(512) + 1024;
+    let view = Composite::new(
+        &head_view,
+        layer_len,
+        vec![Patch::from_file(disk, at, len)?],
+    )?;
     let layer_gz = tempfile::Builder::new()
         .prefix(".layer-")
         .suffix(".tar.gz")
         .tempfile_in(work)?;
-    let view = FileView::open(layer_tar.path())?;
     let w = compress_view(
         Compressor::Gzip,
         LAYER_GZIP_LEVEL,
-        &view as &dyn DiskView,
+        &view,
         layer_gz.path(),
         threads,
         &|_| {},
     )?;
     drop(view);
-    layer_tar.close()?;
+    drop(head_view);
+    head_file.close()?;
     let created = crate::meta::rfc3339_utc(d.mtime as i64);
     let diff_id = format!("sha256:{}", w.uncompressed_sha256);
     let layer_digest = format!("sha256:{}", w.sha256);
@@ -118,14 +123,14 @@ fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> R
         "history": [{"created": created, "created_by": "bootimage-gen: containerDisk /disk"}],
     });
     let config = serde_json::to_vec(&config)?;
-    let config_digest = sha256(&config);
+    let config_digest = sha256_hex(&config);
     let manifest = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": MEDIA_MANIFEST,
         "config": {"mediaType": MEDIA_CONFIG, "digest": format!("sha256:{config_digest}"), "size": config.len()},
         "layers": [{"mediaType": MEDIA_LAYER_GZIP, "digest": layer_digest, "size": w.size}],
     }))?;
-    let manifest_digest = sha256(&manifest);
+    let manifest_digest = sha256_hex(&manifest);
     let index = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "manifests": [{"mediaType": MEDIA_MANIFEST, "digest": format!("sha256:{manifest_digest}"), "size": manifest.len()}],
@@ -178,6 +183,23 @@ fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> R
     })
 }
 
+/// The layer tar up to the disk's data: the `disk/` member and the
+/// header of `disk/<disk_name>` (`len` bytes), as `tar::Builder` writes them.
+fn layer_head(d: &OciDisk, len: u64) -> Result<Vec<u8>> {
+    let mut t = tar::Builder::new(Vec::new());
+    t.mode(tar::HeaderMode::Deterministic);
+    let mut h = header(d.mtime, 0o755, tar::EntryType::Directory, 0);
+    t.append_data(&mut h, format!("{DISK_DIR}/"), std::io::empty())?;
+    // No data given: the builder writes the header alone.
+    let mut h = header(d.mtime, 0o644, tar::EntryType::Regular, len);
+    t.append_data(
+        &mut h,
+        format!("{DISK_DIR}/{}", d.disk_name),
+        std::io::empty(),
+    )?;
+    Ok(std::mem::take(t.get_mut()))
+}
+
 /// A member header: owner 0:0, the given mode, type, size and time.
 fn header(mtime: u64, mode: u32, kind: tar::EntryType, size: u64) -> tar::Header {
     let mut h = tar::Header::new_gnu();
@@ -188,10 +210,6 @@ fn header(mtime: u64, mode: u32, kind: tar::EntryType, size: u64) -> tar::Header
     h.set_mtime(mtime);
     h.set_size(size);
     h
-}
-
-fn sha256(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
 }
 
 /// A reader that stops when the run is cancelled.
@@ -244,17 +262,17 @@ mod tests {
         let blob = |dg: &str| &files[&format!("blobs/sha256/{}", &dg[7..])];
         let manifest: serde_json::Value = serde_json::from_slice(blob(m)).unwrap();
         let cfg_dg = manifest["config"]["digest"].as_str().unwrap();
-        assert_eq!(format!("sha256:{}", sha256(blob(cfg_dg))), cfg_dg);
+        assert_eq!(format!("sha256:{}", sha256_hex(blob(cfg_dg))), cfg_dg);
         let cfg: serde_json::Value = serde_json::from_slice(blob(cfg_dg)).unwrap();
         assert_eq!(cfg["architecture"], "amd64");
         assert_eq!(cfg["config"]["Labels"]["version"], "1");
         let layer = blob(&s.layer_digest);
-        assert_eq!(format!("sha256:{}", sha256(layer)), s.layer_digest);
+        assert_eq!(format!("sha256:{}", sha256_hex(layer)), s.layer_digest);
         let mut raw = Vec::new();
         flate2::read::MultiGzDecoder::new(&layer[..])
             .read_to_end(&mut raw)
             .unwrap();
-        assert_eq!(format!("sha256:{}", sha256(&raw)), s.diff_id);
+        assert_eq!(format!("sha256:{}", sha256_hex(&raw)), s.diff_id);
         assert_eq!(cfg["rootfs"]["diff_ids"][0], s.diff_id);
         let mut inner = tar::Archive::new(&raw[..]);
         let names: Vec<String> = inner

@@ -27,9 +27,9 @@
 //! its object (so a stale map can never give a wrong osmet) and hashes the
 //! whole image on the way.
 use crate::io::view::DiskView;
+use crate::meta::sha256_file;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -217,13 +217,6 @@ pub fn object_path(objects: &Path, hex: &str) -> PathBuf {
     objects.join(&hex[..2]).join(format!("{}.file", &hex[2..]))
 }
 
-fn sha256_file(p: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", p.display()))?;
-    Ok(hex::encode(h.finalize()))
-}
-
 /// Map the ostree objects of the mounted root (`root`: the root filesystem,
 /// `ostree/repo` in it) and the boot files that are copies of objects
 /// (`boot`: the boot filesystem): kernel and initramfs. Every regular
@@ -293,13 +286,13 @@ pub fn scan(root: &Path, boot: &Path) -> Result<ExtentMap> {
             let Some(cands) = by_size.get(&len).filter(|_| len > BOOT_FILE_MIN) else {
                 continue;
             };
-            let mine = sha256_file(&p)?;
+            let mine = sha256_file(&p)?.0;
             let mut found = None;
             for c in cands {
                 let d = match digests.get(c) {
                     Some(d) => d.clone(),
                     None => {
-                        let d = sha256_file(&object_path(&objects, c))?;
+                        let d = sha256_file(&object_path(&objects, c))?.0;
                         digests.insert(c.clone(), d.clone());
                         d
                     }
@@ -473,7 +466,9 @@ fn regions<'a>(
 /// object's end must be zeros, as the unpacker writes them) and the whole
 /// image is hashed on the way: a mismatch fails, naming the object and the
 /// byte, instead of writing an osmet that would not rebuild the image.
-/// `expect_sha256`, when given, must be the image's hash.
+/// `expect_sha256`, when given, must be the image's hash. The file is
+/// written next to `out` and renamed there only once it is right, so a
+/// failed pack leaves nothing behind.
 pub fn pack(
     image: &dyn DiskView,
     parts: &[Partition],
@@ -482,37 +477,27 @@ pub fn pack(
     expect_sha256: Option<&str>,
     out: &Path,
 ) -> Result<PackStats> {
-    let r = pack_inner(image, parts, objects, header, expect_sha256, out);
-    if r.is_err() {
-        // Never leave a half-written or wrong osmet file behind.
-        let _ = std::fs::remove_file(out);
-    }
-    r
-}
-
-fn pack_inner(
-    image: &dyn DiskView,
-    parts: &[Partition],
-    objects: &Path,
-    header: &Header,
-    expect_sha256: Option<&str>,
-    out: &Path,
-) -> Result<PackStats> {
+    use crate::io::sparse::{clamped_extents, BufPool, HashThread};
     let started = std::time::Instant::now();
     let size = image.len();
     let regions = regions(size, parts)?;
     let head = header.encode();
     let (table, sum_at) = encode_table(parts, size)?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(out)
-        .with_context(|| format!("creating {}", out.display()))?;
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+    let tmp = tempfile::Builder::new()
+        .prefix(".osmet.")
+        .tempfile_in(dir.unwrap_or(Path::new(".")))
+        .with_context(|| format!("creating a temporary file for {}", out.display()))?;
+    let mut f = tmp.as_file();
     f.write_all(&head)?;
     f.write_all(&table)?;
     let mut xz = super::xzblocks::XzBlocks::new(std::io::BufWriter::with_capacity(1 << 20, f));
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
+    // Hashing runs on its own thread; holes of the image are hashed and
+    // compressed as zeros without being read.
+    let pool = BufPool::new(CHUNK, 4);
+    let hasher = HashThread::spawn(pool.clone(), 4)?;
+    let data = clamped_extents(image)?;
+    let zeros = vec![0u8; CHUNK];
     let mut obuf = vec![0u8; CHUNK];
     let mut st = PackStats {
         image_size: size,
@@ -537,6 +522,7 @@ fn pack_inner(
             while pos < e {
                 crate::util::cancel::check()?;
                 let n = ((e - pos) as usize).min(CHUNK);
+                let mut buf = pool.get().context("buffer pool closed")?;
                 image.read_at(&mut buf[..n], pos)?;
                 let have = olen.saturating_sub(off_in_obj).min(n as u64) as usize;
                 of.read_exact(&mut obuf[..have])
@@ -555,7 +541,7 @@ fn pack_inner(
                         off_in_obj + i as u64
                     );
                 }
-                hasher.update(&buf[..n]);
+                hasher.data(buf, n)?;
                 st.mapped += n as u64;
                 pos += n as u64;
                 off_in_obj += n as u64;
@@ -563,11 +549,24 @@ fn pack_inner(
         } else {
             while pos < e {
                 crate::util::cancel::check()?;
-                let n = ((e - pos) as usize).min(CHUNK);
-                image.read_at(&mut buf[..n], pos)?;
-                hasher.update(&buf[..n]);
-                xz.write_all(&buf[..n])
-                    .context("compressing the packed image")?;
+                // Up to the next data extent (a hole) or to its end.
+                let (hole, end) = match data.get(data.partition_point(|r| r.end <= pos)) {
+                    Some(r) if r.start > pos => (true, r.start),
+                    Some(r) => (false, r.end),
+                    None => (true, e),
+                };
+                let n = (end.min(e) - pos).min(CHUNK as u64) as usize;
+                if hole {
+                    hasher.zeros(n as u64)?;
+                    xz.write_all(&zeros[..n])
+                } else {
+                    let mut buf = pool.get().context("buffer pool closed")?;
+                    image.read_at(&mut buf[..n], pos)?;
+                    let w = xz.write_all(&buf[..n]);
+                    hasher.data(buf, n)?;
+                    w
+                }
+                .context("compressing the packed image")?;
                 st.packed += n as u64;
                 pos += n as u64;
             }
@@ -575,12 +574,10 @@ fn pack_inner(
     }
     let (w, _, xz_out) = xz.finish().context("finishing the xz stream")?;
     st.packed_xz = xz_out;
-    let mut f = w
-        .into_inner()
+    w.into_inner()
         .map_err(|e| e.into_error())
         .context("flushing the osmet file")?;
-    let sum = hasher.finalize();
-    st.image_sha256 = hex::encode(sum);
+    st.image_sha256 = hasher.finish()?.0;
     if let Some(want) = expect_sha256 {
         ensure!(
             want == st.image_sha256,
@@ -588,10 +585,14 @@ fn pack_inner(
             st.image_sha256
         );
     }
+    let sum = hex::decode(&st.image_sha256).expect("hex");
     f.seek(SeekFrom::Start((head.len() + sum_at) as u64))?;
     f.write_all(&sum)?;
     f.sync_all()?;
     st.file_size = f.metadata()?.len();
+    tmp.persist_noclobber(out)
+        .map_err(|e| e.error)
+        .with_context(|| format!("publishing {}", out.display()))?;
     st.seconds = started.elapsed().as_secs_f64();
     Ok(st)
 }
@@ -608,6 +609,7 @@ pub fn description(os_release: &std::collections::BTreeMap<String, String>) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     fn m(l: u64, p: u64, n: u64) -> Mapping {
         Mapping {

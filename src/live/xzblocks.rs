@@ -47,7 +47,6 @@ fn read_varint(b: &[u8], at: &mut usize) -> Result<u64> {
 
 /// One compressed block: its bytes (padded to 4, with the check), the
 /// unpadded size and the input size, for the index.
-#[derive(Clone)]
 struct Block {
     bytes: Vec<u8>,
     unpadded: u64,
@@ -108,8 +107,8 @@ pub struct XzBlocks<W: Write> {
     pending: Vec<u8>,
     records: Vec<(u64, u64)>,
     zero: Option<Block>,
+    /// The stream flags, once the header is written.
     flags: Option<[u8; 2]>,
-    header_written: bool,
     total_in: u64,
     total_out: u64,
 }
@@ -123,7 +122,6 @@ impl<W: Write> XzBlocks<W> {
             records: Vec::new(),
             zero: None,
             flags: None,
-            header_written: false,
             total_in: 0,
             total_out: 0,
         }
@@ -136,8 +134,7 @@ impl<W: Write> XzBlocks<W> {
     }
 
     fn header(&mut self, flags: [u8; 2]) -> std::io::Result<()> {
-        if !self.header_written {
-            self.header_written = true;
+        if self.flags.is_none() {
             self.flags = Some(flags);
             let mut h = MAGIC.to_vec();
             h.extend_from_slice(&flags);
@@ -172,18 +169,18 @@ impl<W: Write> XzBlocks<W> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        if self.buf.len() == BLOCK && self.buf.iter().all(|&b| b == 0) {
+        if self.buf.len() == BLOCK && crate::io::sparse::is_zero(&self.buf) {
             self.flush_pending()?;
-            let z = match &self.zero {
-                Some(z) => z.clone(),
+            let z = match self.zero.take() {
+                Some(z) => z,
                 None => {
                     let (z, flags) = compress_block(&self.buf)?;
                     self.header(flags)?;
-                    self.zero = Some(z.clone());
                     z
                 }
             };
             self.emit(&z)?;
+            self.zero = Some(z);
         } else {
             self.pending.extend_from_slice(&self.buf);
             if self.pending.len() >= DATA_BLOCK_MAX {
@@ -194,16 +191,11 @@ impl<W: Write> XzBlocks<W> {
         Ok(())
     }
 
-    /// Bytes written to the output so far.
-    pub fn total_out(&self) -> u64 {
-        self.total_out
-    }
-
     /// Write the last block, the index and the footer.
     pub fn finish(mut self) -> Result<(W, u64, u64)> {
         self.flush_block()?;
         self.flush_pending()?;
-        if !self.header_written {
+        if self.flags.is_none() {
             // No data: an empty stream, flags for CRC64.
             self.header([0, 0x04])?;
         }
