@@ -41,8 +41,8 @@ TEST_PKGS=(
   genisoimage
   # test OS (python3-yaml: fixtures/os/inject-cosa.py reads cosa's YAML)
   busybox-static zstd xz-utils pigz shim-unsigned python3-yaml
-  # boot tests
-  ovmf seabios ipxe-qemu
+  # boot tests (aarch64: qemu-system-arm with AAVMF, the arm64 UEFI)
+  ovmf seabios ipxe-qemu qemu-system-arm qemu-efi-aarch64
   # validation tools used by tests
   libxml2-utils jq file
   # AWS API mock for tests/generate_aws.rs (moto, from PyPI, in a venv)
@@ -77,6 +77,15 @@ done
 export DEBIAN_FRONTEND=noninteractive
 updated=
 refresh() { [ -n "$updated" ] || { apt-get update -q; updated=1; }; }
+
+# The test OS of other arches is made of that arch's Debian packages
+# (fixtures/os/foreign-sysroot.sh downloads and unpacks them, never
+# installs): their package lists must be there.
+if [ "$mode" = all ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "install-deps: dpkg --add-architecture arm64 (package lists of the aarch64 test OS)"
+  dpkg --add-architecture arm64
+  refresh
+fi
 
 # qemu-img must come from the same Debian release as qemu-system-x86: if a
 # newer (backports) qemu-utils is installed, pin both to the system's

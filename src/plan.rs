@@ -56,6 +56,8 @@ pub struct PlanOs {
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PlanDisk {
+    /// The OS image's architecture: it picks the partition table.
+    pub arch: String,
     /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
     pub content_bytes: u64,
     pub root_size: u64,
@@ -128,14 +130,14 @@ pub fn base_kargs(os: &OsInfo) -> Vec<String> {
 }
 
 /// Disk sizes for a commit of `content` bytes.
-pub fn disk_sizes(content: u64, image_size_gib: u64) -> (u64, u64, u64) {
+pub fn disk_sizes(arch: &str, content: u64, image_size_gib: u64) -> Result<(u64, u64, u64)> {
     let root = (content + content * ROOT_HEADROOM_PERCENT / 100)
         .max(MIN_ROOT)
         .div_ceil(MIB)
         * MIB;
-    let metal = Layout::disk_size_for_root(root);
+    let metal = Layout::disk_size_for_root(arch, root)?;
     let cloud = (image_size_gib * GIB).max(metal);
-    (root, metal, cloud)
+    Ok((root, metal, cloud))
 }
 
 /// Console settings of a platform (SPEC 1.3): its entry in the OS's
@@ -223,8 +225,9 @@ impl Plan {
         let disk = match (i.os, i.content_bytes) {
             (Some(o), Some(content)) => {
                 let (root_size, metal_size, cloud_size) =
-                    disk_sizes(content, o.config.image.size.value);
+                    disk_sizes(&arch, content, o.config.image.size.value)?;
                 Some(PlanDisk {
+                    arch: arch.clone(),
                     content_bytes: content,
                     root_size,
                     metal_size,
@@ -277,7 +280,7 @@ impl Plan {
                 stream_platform: spec.stream_platform.to_string(),
                 stream_format: spec.stream_format(compressor),
                 sector_size,
-                bios: spec.bios(),
+                bios: spec.bios(&arch),
                 disk_size,
                 kargs,
                 grub_commands,
@@ -322,14 +325,14 @@ mod tests {
     use super::*;
     #[test]
     fn sizes_follow_spec() {
-        let (root, metal, cloud) = disk_sizes(2 << 30, 16);
+        let (root, metal, cloud) = disk_sizes("x86_64", 2 << 30, 16).unwrap();
         assert_eq!(root, ((2u64 << 30) * 135 / 100).div_ceil(MIB) * MIB);
         assert_eq!(metal, root + 513 * MIB + MIB);
         assert_eq!(cloud, 16 * GIB);
-        let (root, metal, cloud) = disk_sizes(10 << 20, 1);
+        let (root, metal, cloud) = disk_sizes("x86_64", 10 << 20, 1).unwrap();
         assert_eq!(root, MIN_ROOT);
         assert_eq!(cloud, GIB.max(metal));
-        let (_, metal, cloud) = disk_sizes(20 << 30, 16);
+        let (_, metal, cloud) = disk_sizes("x86_64", 20 << 30, 16).unwrap();
         assert_eq!(cloud, metal, "a cloud disk never shrinks below the content");
     }
 }

@@ -30,6 +30,8 @@ fn usage() -> ! {
       --minimal-config  config with only architecture, os, rootfs (OCI minimum; labels dropped)
   bootimage-fixture derive --layout DIR --from-tag TAG --tag TAG --layer-dir DIR [--zstd] [--created-by TEXT]
       the image FROM-TAG plus one layer, config extended as `podman build` does
+  bootimage-fixture set-arch --layout DIR --tag TAG --arch ARCH
+      TAG's image with config architecture ARCH (OCI name; arm64 gets variant v8)
   bootimage-fixture index --layout DIR --tag TAG --entry ARCH=DIGEST...
       an OCI image index (os linux) of manifests already in the layout
   bootimage-fixture merge --from DIR --from-tag TAG --layout DIR --tag TAG
@@ -251,20 +253,7 @@ fn derive(args: &[String]) -> Result<()> {
     let (Some(layout), Some(from), Some(tag), Some(dir)) = (layout, from, tag, dir) else {
         usage()
     };
-    let desc = find_tag(&layout, &from)?;
-    let mut manifest: Value = serde_json::from_slice(&read_blob(
-        &layout,
-        desc["digest"].as_str().context("digest")?,
-    )?)?;
-    if manifest["mediaType"].as_str() != Some(MT_MANIFEST)
-        && desc["mediaType"].as_str() != Some(MT_MANIFEST)
-    {
-        bail!("{from} is not an OCI image manifest");
-    }
-    let mut config: Value = serde_json::from_slice(&read_blob(
-        &layout,
-        manifest["config"]["digest"].as_str().context("config")?,
-    )?)?;
+    let (mut manifest, mut config) = load_image(&layout, &from)?;
     let tar = layer_from_dir(&dir)?;
     config["rootfs"]["diff_ids"]
         .as_array_mut()
@@ -278,17 +267,72 @@ fn derive(args: &[String]) -> Result<()> {
     let mut layers = manifest["layers"].as_array().cloned().context("layers")?;
     layers.push(put_layer(&layout, &tar, zstd, false)?);
     // Keep the base manifest's annotations (ostree-ext writes some), drop none.
-    let (cd, cn) = write_blob(&layout, &serde_json::to_vec(&config)?)?;
-    manifest["config"] = json!({"mediaType": MT_CONFIG, "digest": cd, "size": cn});
     manifest["layers"] = json!(layers);
-    let (md, mn) = write_blob(&layout, &serde_json::to_vec(&manifest)?)?;
+    store_image(&layout, &tag, manifest, &config)
+}
+
+/// The OCI manifest and config that TAG names.
+fn load_image(layout: &Path, tag: &str) -> Result<(Value, Value)> {
+    let desc = find_tag(layout, tag)?;
+    let manifest: Value = serde_json::from_slice(&read_blob(
+        layout,
+        desc["digest"].as_str().context("digest")?,
+    )?)?;
+    if manifest["mediaType"].as_str() != Some(MT_MANIFEST)
+        && desc["mediaType"].as_str() != Some(MT_MANIFEST)
+    {
+        bail!("{tag} is not an OCI image manifest");
+    }
+    let config: Value = serde_json::from_slice(&read_blob(
+        layout,
+        manifest["config"]["digest"].as_str().context("config")?,
+    )?)?;
+    Ok((manifest, config))
+}
+
+/// Write `config`, point `manifest` at it, write that and tag it TAG;
+/// prints the manifest digest.
+fn store_image(layout: &Path, tag: &str, mut manifest: Value, config: &Value) -> Result<()> {
+    let (cd, cn) = write_blob(layout, &serde_json::to_vec(config)?)?;
+    manifest["config"] = json!({"mediaType": MT_CONFIG, "digest": cd, "size": cn});
+    let (md, mn) = write_blob(layout, &serde_json::to_vec(&manifest)?)?;
     set_tag(
-        &layout,
-        &tag,
+        layout,
+        tag,
         json!({"mediaType": MT_MANIFEST, "digest": md, "size": mn}),
     )?;
     println!("{md}");
     Ok(())
+}
+
+/// TAG's image with its config's architecture set to ARCH (OCI names:
+/// arm64 gets variant v8), as a build on that arch writes it. ostree-ext's
+/// encapsulate records the host's arch; the test OS of another arch is
+/// encapsulated on this host, then relabelled.
+fn set_arch(args: &[String]) -> Result<()> {
+    let (mut layout, mut tag, mut arch) = (None, None, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--layout" => layout = Some(PathBuf::from(val())),
+            "--tag" => tag = Some(val()),
+            "--arch" => arch = Some(val()),
+            _ => usage(),
+        }
+    }
+    let (Some(layout), Some(tag), Some(arch)) = (layout, tag, arch) else {
+        usage()
+    };
+    let (manifest, mut config) = load_image(&layout, &tag)?;
+    config["architecture"] = json!(arch);
+    match arch.as_str() {
+        "arm64" => config["variant"] = json!("v8"),
+        _ => {
+            config.as_object_mut().context("config")?.remove("variant");
+        }
+    }
+    store_image(&layout, &tag, manifest, &config)
 }
 
 /// An OCI image index of manifests already in the layout, one per arch.
@@ -398,6 +442,7 @@ fn main() -> Result<()> {
     match cmd.as_str() {
         "add-image" => add_image(&args[2..]),
         "derive" => derive(&args[2..]),
+        "set-arch" => set_arch(&args[2..]),
         "index" => index(&args[2..]),
         "merge" => merge(&args[2..]),
         "digest" => {

@@ -164,7 +164,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         "loopback" => job.run(&reporter)?,
         _ => backend::vm::run(&job, &a.vm, plan.backend.name, &loaded.cache.dir, &reporter)?,
     };
-    let base = Base::open(out, job.disk.metal_size)?;
+    let base = Base::open(out, &job.disk.arch, job.disk.metal_size)?;
     let osmets = b.pack_osmets(&base)?;
     let mut m = new_meta;
     // Live last: its rootfs holds the osmet files of the metal images.
@@ -775,13 +775,13 @@ pub struct Base {
 }
 
 impl Base {
-    fn open(out: DiskOutput, metal_size: u64) -> Result<Self> {
+    fn open(out: DiskOutput, arch: &str, metal_size: u64) -> Result<Self> {
         let file = File::open(&out.base)
             .with_context(|| format!("opening the base disk {}", out.base.display()))?;
         Ok(Base {
             path: out.base,
             file,
-            layout: Layout::new(metal_size, 512)?,
+            layout: Layout::new(arch, metal_size, 512)?,
             esp4k: out.esp4k,
             boots: out.boots,
             live: out.live,
@@ -1155,7 +1155,7 @@ impl Builder<'_> {
             .get(&BootSetting::of(art).key())
             .with_context(|| format!("no boot filesystem was derived for {}", art.platform))?;
         // The disk as this platform sees it.
-        let layout = Layout::with_root(disk_size, art.sector_size, d.root_size)?;
+        let layout = Layout::with_root(&d.arch, disk_size, art.sector_size, d.root_size)?;
         let mut patches = derive::table_patches(
             &base.file,
             base.layout.disk_size,

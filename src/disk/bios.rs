@@ -350,7 +350,7 @@ pub(crate) mod tests {
     pub(crate) fn gpt_disk(size: u64, ss: u64) -> (tempfile::NamedTempFile, Layout) {
         let f = tempfile::NamedTempFile::new().unwrap();
         f.as_file().set_len(size).unwrap();
-        let l = Layout::new(size, ss).unwrap();
+        let l = Layout::new("x86_64", size, ss).unwrap();
         gpt::write(&mut f.as_file(), &l, DISK_GUID).unwrap();
         (f, l)
     }

@@ -162,7 +162,7 @@ mod tests {
             let f = tempfile::NamedTempFile::new().unwrap();
             let size = 3 << 30;
             f.as_file().set_len(size).unwrap();
-            let l = Layout::new(size, ss).unwrap();
+            let l = Layout::new("x86_64", size, ss).unwrap();
             write(&mut f.as_file(), &l, DISK_GUID).unwrap();
             let j = sfdisk_json(f.path(), ss);
             let t = &j["partitiontable"];

@@ -7,7 +7,7 @@
 //! compressing, describing) stays on the host and needs no privileges.
 use super::{
     bios, bootupd, deploy, derive, esp, gpt, grubcfg,
-    layout::{Layout, DISK_GUID, PARTITIONS},
+    layout::{self, Layout, DISK_GUID},
     mkfs,
 };
 use crate::backend::loopback::{LoopDevice, Mount, Mounted};
@@ -187,14 +187,15 @@ impl DiskJob {
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?;
         file.set_len(d.metal_size)?;
-        let layout = Layout::new(d.metal_size, 512)?;
+        let layout = Layout::new(&d.arch, d.metal_size, 512)?;
         ensure!(
             layout.part("root").size == d.root_size,
             "root partition size differs from the plan"
         );
         gpt::write(&mut file, &layout, DISK_GUID)?;
+        let table = layout::table(&d.arch)?;
         let spec = |fs_label: &str| {
-            PARTITIONS
+            table
                 .iter()
                 .find(|p| p.label == fs_label)
                 .expect("table row")
@@ -528,7 +529,7 @@ impl DiskJob {
     fn boot_image(&self, base: &DiskOutput, b: &BootSetting) -> Result<PathBuf> {
         let key = b.key();
         let img = self.work.join(format!("boot-{key}.img"));
-        let layout = Layout::new(self.disk.metal_size, 512)?;
+        let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
         let boot_p = layout.part("boot");
         let part = self.work.join(format!("boot-{key}.img.partial"));
         let file = std::fs::File::open(&base.base)

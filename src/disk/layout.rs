@@ -1,7 +1,8 @@
-//! The CoreOS disk layout (SPEC 2; cosa `src/osbuild-manifests/
-//! coreos.osbuild.x86_64.mpp.yaml`), as a table: partitions, type GUIDs,
-//! labels, filesystems, UUIDs and mkfs options. Offsets are in bytes and the
-//! same for 512- and 4096-byte sectors.
+//! The CoreOS disk layout (SPEC 2, 3.2; cosa `src/osbuild-manifests/
+//! coreos.osbuild.<arch>.mpp.yaml`), as one table per architecture:
+//! partitions, type GUIDs, labels, filesystems, UUIDs and mkfs options.
+//! Offsets are in bytes and the same for 512- and 4096-byte sectors. The
+//! arch is the OS image's, never the host's.
 use anyhow::{bail, Result};
 use serde::Serialize;
 
@@ -37,7 +38,77 @@ pub struct PartSpec {
 }
 
 /// The x86_64 table. Type GUIDs: UEFI spec / Discoverable Partitions Spec.
-pub const PARTITIONS: [PartSpec; 4] = [
+pub const PARTITIONS: [PartSpec; 4] = X86_64;
+
+/// The ESP row, the same on every arch that has one.
+const ESP: PartSpec = PartSpec {
+    number: 2,
+    label: "EFI-SYSTEM",
+    type_guid: "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
+    part_guid: "00000000-0000-4000-a000-000000000102",
+    size: Some(127 * MIB),
+    fs: Fs::Vfat,
+    fs_label: Some("EFI-SYSTEM"),
+    fs_uuid: Some("7B77-95E7"),
+};
+/// The boot row, the same on every arch.
+const BOOT: PartSpec = PartSpec {
+    number: 3,
+    label: "boot",
+    type_guid: "BC13C2FF-59E6-4262-A352-B275FD6F7172",
+    part_guid: "00000000-0000-4000-a000-000000000103",
+    size: Some(384 * MIB),
+    fs: Fs::Ext4,
+    fs_label: Some("boot"),
+    fs_uuid: Some("96d15588-3596-4b3c-adca-a2ff7279ea63"),
+};
+/// The root row with the arch's root type GUID (Discoverable Partitions
+/// Spec, as cosa's manifests set them).
+const fn root(type_guid: &'static str) -> PartSpec {
+    PartSpec {
+        number: 4,
+        label: "root",
+        type_guid,
+        part_guid: "00000000-0000-4000-a000-000000000104",
+        size: None,
+        fs: Fs::Xfs,
+        fs_label: Some("root"),
+        fs_uuid: Some("910678ff-f77e-4a7d-8d53-86f2ac47a823"),
+    }
+}
+
+/// aarch64 (cosa `coreos.osbuild.aarch64.mpp.yaml`): a 1 MiB `reserved`
+/// partition where x86_64 has BIOS-BOOT (nothing is written to it; it keeps
+/// the offsets of x86_64), the ESP, boot, root. EFI only.
+pub const AARCH64: [PartSpec; 4] = [
+    PartSpec {
+        number: 1,
+        label: "reserved",
+        type_guid: "8DA63339-0007-60C0-C436-083AC8230908",
+        part_guid: "00000000-0000-4000-a000-000000000101",
+        size: Some(MIB),
+        fs: Fs::None,
+        fs_label: None,
+        fs_uuid: None,
+    },
+    ESP,
+    BOOT,
+    root("B921B045-1DF0-41C3-AF44-4C6F280D3FAE"),
+];
+
+/// The partition table of `arch` (the OS image's architecture).
+pub fn table(arch: &str) -> Result<&'static [PartSpec]> {
+    match arch {
+        "x86_64" => Ok(&X86_64),
+        "aarch64" => Ok(&AARCH64),
+        other => bail!(
+            "no disk layout for architecture {other} yet (built: x86_64, aarch64; \
+             ppc64le needs its PReP boot partition, s390x a zipl boot record)"
+        ),
+    }
+}
+
+const X86_64: [PartSpec; 4] = [
     PartSpec {
         number: 1,
         label: "BIOS-BOOT",
@@ -48,36 +119,9 @@ pub const PARTITIONS: [PartSpec; 4] = [
         fs_label: None,
         fs_uuid: None,
     },
-    PartSpec {
-        number: 2,
-        label: "EFI-SYSTEM",
-        type_guid: "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
-        part_guid: "00000000-0000-4000-a000-000000000102",
-        size: Some(127 * MIB),
-        fs: Fs::Vfat,
-        fs_label: Some("EFI-SYSTEM"),
-        fs_uuid: Some("7B77-95E7"),
-    },
-    PartSpec {
-        number: 3,
-        label: "boot",
-        type_guid: "BC13C2FF-59E6-4262-A352-B275FD6F7172",
-        part_guid: "00000000-0000-4000-a000-000000000103",
-        size: Some(384 * MIB),
-        fs: Fs::Ext4,
-        fs_label: Some("boot"),
-        fs_uuid: Some("96d15588-3596-4b3c-adca-a2ff7279ea63"),
-    },
-    PartSpec {
-        number: 4,
-        label: "root",
-        type_guid: "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709",
-        part_guid: "00000000-0000-4000-a000-000000000104",
-        size: None,
-        fs: Fs::Xfs,
-        fs_label: Some("root"),
-        fs_uuid: Some("910678ff-f77e-4a7d-8d53-86f2ac47a823"),
-    },
+    ESP,
+    BOOT,
+    root("4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"),
 ];
 
 /// First partition starts at 1 MiB; all are 1 MiB aligned.
@@ -94,9 +138,10 @@ pub struct Placed {
     pub size: u64,
 }
 
-/// A concrete layout for a disk size and sector size.
+/// A concrete layout for an arch, a disk size and a sector size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Layout {
+    pub arch: String,
     pub sector_size: u64,
     pub disk_size: u64,
     pub parts: Vec<Placed>,
@@ -111,17 +156,18 @@ impl Layout {
     /// Place the table on a disk of `disk_size` bytes; the root partition
     /// takes the rest, ending on a 1 MiB boundary before the backup GPT (so
     /// the same root fits 512- and 4096-byte-sector disks of one size).
-    pub fn new(disk_size: u64, sector_size: u64) -> Result<Self> {
-        Self::place(disk_size, sector_size, None)
+    pub fn new(arch: &str, disk_size: u64, sector_size: u64) -> Result<Self> {
+        Self::place(arch, disk_size, sector_size, None)
     }
 
     /// Place the table with a root partition of exactly `root_size` bytes
     /// (a derived platform: the same root on a possibly larger disk).
-    pub fn with_root(disk_size: u64, sector_size: u64, root_size: u64) -> Result<Self> {
-        Self::place(disk_size, sector_size, Some(root_size))
+    pub fn with_root(arch: &str, disk_size: u64, sector_size: u64, root_size: u64) -> Result<Self> {
+        Self::place(arch, disk_size, sector_size, Some(root_size))
     }
 
-    fn place(disk_size: u64, sector_size: u64, root_size: Option<u64>) -> Result<Self> {
+    fn place(arch: &str, disk_size: u64, sector_size: u64, root_size: Option<u64>) -> Result<Self> {
+        let table = table(arch)?;
         if sector_size != 512 && sector_size != 4096 {
             bail!("sector size {sector_size} is not supported (512 or 4096)");
         }
@@ -131,7 +177,7 @@ impl Layout {
         let end = disk_size.saturating_sub(TAIL) / ALIGN * ALIGN;
         let mut start = ALIGN;
         let mut parts = Vec::new();
-        for p in PARTITIONS {
+        for &p in table {
             let size = match (p.size, root_size) {
                 (Some(s), _) => s,
                 (None, Some(r)) => {
@@ -161,6 +207,7 @@ impl Layout {
             start += size;
         }
         Ok(Layout {
+            arch: arch.to_string(),
             sector_size,
             disk_size,
             parts,
@@ -175,12 +222,17 @@ impl Layout {
             .expect("label in the layout table")
     }
 
+    /// The partition with a given label, if this arch's table has it.
+    pub fn find(&self, label: &str) -> Option<&Placed> {
+        self.parts.iter().find(|p| p.spec.label == label)
+    }
+
     /// Smallest disk holding a root filesystem of `root` bytes (rounded up
     /// to whole MiB): the fixed partitions, the root and the tail MiB that
     /// holds the backup GPT.
-    pub fn disk_size_for_root(root: u64) -> u64 {
-        let fixed: u64 = PARTITIONS.iter().filter_map(|p| p.size).sum();
-        ALIGN + fixed + root.div_ceil(MIB) * MIB + TAIL
+    pub fn disk_size_for_root(arch: &str, root: u64) -> Result<u64> {
+        let fixed: u64 = table(arch)?.iter().filter_map(|p| p.size).sum();
+        Ok(ALIGN + fixed + root.div_ceil(MIB) * MIB + TAIL)
     }
 }
 
@@ -189,22 +241,58 @@ mod tests {
     use super::*;
     #[test]
     fn offsets_match_spec_for_both_sector_sizes() {
-        for ss in [512, 4096] {
-            let l = Layout::new(10 << 30, ss).unwrap();
-            let starts: Vec<u64> = l.parts.iter().map(|p| p.start / MIB).collect();
-            assert_eq!(starts, vec![1, 2, 129, 513]);
-            let root = l.part("root");
-            assert!(root.start + root.size <= l.disk_size - (1 + entry_sectors(ss)) * ss);
-            assert_eq!(root.size % ss, 0);
+        for arch in ["x86_64", "aarch64"] {
+            for ss in [512, 4096] {
+                let l = Layout::new(arch, 10 << 30, ss).unwrap();
+                let starts: Vec<u64> = l.parts.iter().map(|p| p.start / MIB).collect();
+                assert_eq!(starts, vec![1, 2, 129, 513]);
+                let root = l.part("root");
+                assert!(root.start + root.size <= l.disk_size - (1 + entry_sectors(ss)) * ss);
+                assert_eq!(root.size % ss, 0);
+            }
+            assert!(Layout::new(arch, 100 * MIB, 512).is_err());
+            assert!(Layout::new(arch, 10 << 30, 1024).is_err());
+            let d = Layout::disk_size_for_root(arch, 1 << 30).unwrap();
+            for ss in [512, 4096] {
+                assert_eq!(Layout::new(arch, d, ss).unwrap().part("root").size, 1 << 30);
+                let l = Layout::with_root(arch, d + (5 << 30), ss, 1 << 30).unwrap();
+                assert_eq!(l.part("root").size, 1 << 30);
+            }
+            assert!(Layout::with_root(arch, d, 512, 2 << 30).is_err());
         }
-        assert!(Layout::new(100 * MIB, 512).is_err());
-        assert!(Layout::new(10 << 30, 1024).is_err());
-        let d = Layout::disk_size_for_root(1 << 30);
-        for ss in [512, 4096] {
-            assert_eq!(Layout::new(d, ss).unwrap().part("root").size, 1 << 30);
-            let l = Layout::with_root(d + (5 << 30), ss, 1 << 30).unwrap();
-            assert_eq!(l.part("root").size, 1 << 30);
+    }
+
+    /// cosa's aarch64 manifest: `reserved` (type 8DA63339-...) where x86_64
+    /// has BIOS-BOOT, and the aarch64 root type; the rest as on x86_64.
+    #[test]
+    fn per_arch_tables() {
+        let x = Layout::new("x86_64", 10 << 30, 512).unwrap();
+        let a = Layout::new("aarch64", 10 << 30, 512).unwrap();
+        let labels = |l: &Layout| l.parts.iter().map(|p| p.spec.label).collect::<Vec<_>>();
+        assert_eq!(labels(&x), ["BIOS-BOOT", "EFI-SYSTEM", "boot", "root"]);
+        assert_eq!(labels(&a), ["reserved", "EFI-SYSTEM", "boot", "root"]);
+        assert_eq!(
+            a.parts[0].spec.type_guid,
+            "8DA63339-0007-60C0-C436-083AC8230908"
+        );
+        assert_eq!(
+            a.part("root").spec.type_guid,
+            "B921B045-1DF0-41C3-AF44-4C6F280D3FAE"
+        );
+        assert_eq!(
+            x.part("root").spec.type_guid,
+            "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
+        );
+        assert!(a.find("BIOS-BOOT").is_none());
+        for (p, q) in x.parts.iter().zip(&a.parts).skip(1) {
+            assert_eq!(
+                (p.start, p.size, p.spec.fs_uuid),
+                (q.start, q.size, q.spec.fs_uuid)
+            );
         }
-        assert!(Layout::with_root(d, 512, 2 << 30).is_err());
+        let e = Layout::new("ppc64le", 10 << 30, 512)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ppc64le") && e.contains("PReP"), "{e}");
     }
 }

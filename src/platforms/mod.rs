@@ -362,10 +362,11 @@ impl PlatformSpec {
         self.size == SizeRule::Metal && self.format == Format::Raw
     }
 
-    /// Whether the disk boots with BIOS too (512-byte sectors; the live ISO
-    /// boots BIOS with ISOLINUX, not the OS's GRUB).
-    pub fn bios(&self) -> bool {
-        self.sector_size == 512 && !self.is_live()
+    /// Whether the disk boots with BIOS too: x86_64 only (SPEC 3.2; the
+    /// other arches boot EFI, PReP or zipl), 512-byte sectors, and not live
+    /// (the live ISO boots BIOS with ISOLINUX, not the OS's GRUB).
+    pub fn bios(&self, arch: &str) -> bool {
+        arch == "x86_64" && self.sector_size == 512 && !self.is_live()
     }
 
     /// The disk size for a metal size and a cloud size.

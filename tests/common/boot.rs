@@ -299,6 +299,9 @@ pub struct Marker {
     pub mode: Mode,
     /// sha256 of the Ignition config, `None` for `ignition=none`.
     pub ignition: Option<String>,
+    /// `uname -m` of the booted OS (`arch=`; test OSes built before it
+    /// was added print none: `None`).
+    pub arch: Option<String>,
     /// The whole line, from `BOOTIMAGE-TEST-OS` on.
     pub line: String,
 }
@@ -313,8 +316,8 @@ impl Marker {
             .strip_prefix(MARKER_PREFIX)
             .and_then(|r| r.strip_prefix(" ok "))
             .ok_or_else(|| bad("no 'BOOTIMAGE-TEST-OS ok' prefix"))?;
-        let (mut version, mut platform, mut firstboot, mut mode, mut ignition) =
-            (None, None, None, None, None);
+        let (mut version, mut platform, mut firstboot, mut mode, mut ignition, mut arch) =
+            (None, None, None, None, None, None);
         for field in rest.split_whitespace() {
             let (k, v) = field
                 .split_once('=')
@@ -325,6 +328,7 @@ impl Marker {
                 "firstboot" => &mut firstboot,
                 "mode" => &mut mode,
                 "ignition" => &mut ignition,
+                "arch" => &mut arch,
                 _ => return Err(bad(&format!("unknown field {k:?}"))),
             };
             if slot.replace(v.to_string()).is_some() {
@@ -354,6 +358,7 @@ impl Marker {
             firstboot,
             mode,
             ignition,
+            arch,
             line: line.trim().to_string(),
         })
     }
