@@ -514,7 +514,7 @@ fn nothing_bootable_is_an_error_under_both_firmwares() {
                 assert!(e.contains("SeaBIOS: No bootable device"), "{e}");
                 assert!(e.contains("--- firmware debug log"), "{e}");
             }
-            Firmware::Uefi => assert!(e.contains("UEFI shell"), "{e}"),
+            Firmware::Uefi | Firmware::Aavmf => assert!(e.contains("UEFI shell"), "{e}"),
         }
         assert!(t0.elapsed() < Duration::from_secs(120), "{e}");
     }

@@ -77,7 +77,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     // explicitly, live fails below with the reason instead.
     if a.platforms.iter().any(|p| p == ALL) && !named_live {
         if let Some(o) = os.filter(|_| specs.iter().any(|p| p.is_live())) {
-            if let Err(e) = check_live(&loaded.cache.repo, o) {
+            if let Err(e) = check_live(&loaded.cache.repo, o, &loaded.resolved.arch) {
                 reporter.note(&format!(
                     "all: leaving the live ISO and PXE files out: {e:#}"
                 ));
@@ -107,8 +107,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     check_bootloader(&loaded.cache.repo, commit, &plan)?;
     let bootupd = check_bootupd(&loaded.cache.repo, os)?;
     let (syslinux, erofs) = if plan.artifacts.iter().any(|x| x.live.is_some()) {
-        let (s, e) = check_live(&loaded.cache.repo, os)?;
-        (Some(s), e)
+        check_live(&loaded.cache.repo, os, &plan.release.arch)?
     } else {
         (None, None)
     };
@@ -491,7 +490,8 @@ fn check_bootloader(
 fn check_live(
     repo: &crate::oscontainer::repo::Repo,
     os: &OsInfo,
-) -> Result<(Syslinux, Option<live::erofs::Options>)> {
+    arch: &str,
+) -> Result<(Option<Syslinux>, Option<live::erofs::Options>)> {
     let commit = &os.commit;
     let short = input::short(commit);
     let img = &os.config.image;
@@ -548,7 +548,13 @@ fn check_live(
         }
         bail!("the OS ships no live ISO menu templates ({}) and the built-in menus cannot be used either: they need the OS's EFI GRUB in a vendor directory ({efi}/<vendor>/grub*.efi, where the UEFI menu EFI/<vendor>/grub.cfg goes), and commit {short} has {what}; use an OS image that ships coreos-assembler's live/ templates and its bootupd EFI tree", crate::osconfig::LIVE_DIR);
     }
-    Ok((Syslinux::find()?, erofs))
+    // ISOLINUX boots the x86 BIOS; other arches' ISOs boot EFI (or their
+    // own firmware) only.
+    let syslinux = match crate::platforms::arch_has_bios(arch) {
+        true => Some(Syslinux::find()?),
+        false => None,
+    };
+    Ok((syslinux, erofs))
 }
 
 /// What the OS ships for bootupd (bootupd `src/model.rs`, `src/grubconfigs.rs`).
@@ -904,7 +910,6 @@ impl Builder<'_> {
     ) -> Result<Vec<(String, ImageEntry)>> {
         let l = art.live.as_ref().context("live plan")?;
         let st = base.live.as_ref().context("live files staged")?;
-        let sys = self.syslinux.as_ref().context("syslinux checked")?;
         for n in &st.notes {
             self.r.note(n);
         }
@@ -927,7 +932,7 @@ impl Builder<'_> {
             rootfs: &st.rootfs,
             efiboot: &st.efiboot,
             menus: &st.menus,
-            syslinux: sys,
+            syslinux: self.syslinux.as_ref(),
             mtime: self.os.timestamp,
             features: &st.features,
         };

@@ -1,8 +1,11 @@
 //! The live ISO (SPEC 5): the tree in a staging directory, then xorriso
 //! (ISO9660 with Rock Ridge and Joliet; primary names in uppercase 8.3 form,
 //! which coreos-installer reads), BIOS El Torito with ISOLINUX (no-emul,
-//! load size 4, boot-info-table), EFI El Torito with `images/efiboot.img`,
-//! and the isohybrid MBR + GPT so the file also boots as a USB disk.
+//! load size 4, boot-info-table; x86_64 only), EFI El Torito with
+//! `images/efiboot.img`, and the isohybrid MBR + GPT so the file also boots
+//! as a USB disk. aarch64 (osbuild `org.osbuild.coreos.live-artifacts.mono`
+//! `gen_live_artifacts`): EFI El Torito alone, no ISOLINUX binaries (the
+//! menu templates, isolinux.cfg included, are copied as on every arch).
 use super::{Rendered, IGNITION_IMG_SIZE};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -23,6 +26,10 @@ pub const ISOHDPFX_BIN: &str = "isohdpfx.bin";
 const C32_LIBS: &[&str] = &["libcom32.c32", "libutil.c32"];
 /// El Torito boot catalog and images, in the ISO.
 pub const BOOT_CAT: &str = "isolinux/boot.cat";
+/// The catalog of an EFI-only ISO: genisoimage's default name, as upstream
+/// leaves it.
+pub const BOOT_CAT_EFI_ONLY: &str = "boot.catalog";
+
 pub const ISOLINUX_IN_ISO: &str = "isolinux/isolinux.bin";
 pub const EFIBOOT_IN_ISO: &str = "images/efiboot.img";
 /// FAT label of efiboot.img (not the ISO's volume id, so that a search by
@@ -106,7 +113,8 @@ pub struct IsoInput<'a> {
     pub rootfs: &'a Path,
     pub efiboot: &'a Path,
     pub menus: &'a Rendered,
-    pub syslinux: &'a Syslinux,
+    /// ISOLINUX for BIOS boot; `None`: EFI only (every arch but x86_64).
+    pub syslinux: Option<&'a Syslinux>,
     /// Seconds since the epoch for the volume dates (reproducible output).
     pub mtime: i64,
     /// `coreos/features.json`.
@@ -141,16 +149,32 @@ pub fn stage_tree(stage: &Path, i: &IsoInput) -> Result<()> {
     link_or_copy(i.efiboot, &stage.join(EFIBOOT_IN_ISO))?;
     let ign = crate::io::create_sized(&stage.join("images/ignition.img"), IGNITION_IMG_SIZE)?;
     drop(ign);
-    std::fs::copy(&i.syslinux.isolinux_bin, stage.join(ISOLINUX_IN_ISO))
-        .context("copying isolinux.bin")?;
-    std::fs::copy(
-        &i.syslinux.ldlinux_c32,
-        stage.join("isolinux").join(super::iso::LDLINUX_C32),
-    )
-    .context("copying ldlinux.c32")?;
     for f in &i.menus.files {
         put(stage, &f.path, &f.data)?;
     }
+    if let Some(sys) = i.syslinux {
+        stage_isolinux(stage, i, sys)?;
+    }
+    put(stage, "coreos/igninfo.json", &super::igninfo_json())?;
+    put(stage, "coreos/kargs.json", &i.menus.kargs_json())?;
+    put(stage, "coreos/features.json", i.features)?;
+    let md = crate::io::create_sized(
+        &stage.join(super::miniso::DATA_FILE),
+        super::miniso::DATA_FILE_SIZE,
+    )?;
+    drop(md);
+    Ok(())
+}
+
+/// ISOLINUX and the COM32 modules its menu names, from the host.
+fn stage_isolinux(stage: &Path, i: &IsoInput, sys: &Syslinux) -> Result<()> {
+    std::fs::copy(&sys.isolinux_bin, stage.join(ISOLINUX_IN_ISO))
+        .context("copying isolinux.bin")?;
+    std::fs::copy(
+        &sys.ldlinux_c32,
+        stage.join("isolinux").join(super::iso::LDLINUX_C32),
+    )
+    .context("copying ldlinux.c32")?;
     let cfg = i
         .menus
         .files
@@ -162,24 +186,13 @@ pub fn stage_tree(stage: &Path, i: &IsoInput) -> Result<()> {
                 super::ISOLINUX_CFG
             )
         })?;
-    for m in i
-        .syslinux
-        .modules_for(&String::from_utf8_lossy(&cfg.data))?
-    {
+    for m in sys.modules_for(&String::from_utf8_lossy(&cfg.data))? {
         let name = m.file_name().expect("file name");
         let dst = stage.join("isolinux").join(name);
         if !dst.exists() {
             std::fs::copy(&m, &dst).with_context(|| format!("copying {}", m.display()))?;
         }
     }
-    put(stage, "coreos/igninfo.json", &super::igninfo_json())?;
-    put(stage, "coreos/kargs.json", &i.menus.kargs_json())?;
-    put(stage, "coreos/features.json", i.features)?;
-    let md = crate::io::create_sized(
-        &stage.join(super::miniso::DATA_FILE),
-        super::miniso::DATA_FILE_SIZE,
-    )?;
-    drop(md);
     Ok(())
 }
 
@@ -205,6 +218,33 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
         ],
     );
     s(&mut a, &[&format!("--modification-date={date}")]);
+    let Some(sys) = i.syslinux else {
+        // EFI only: efiboot.img is the one El Torito image, and also
+        // appended as an MBR partition of type EFI (as on x86_64, where
+        // the minimal ISO's packer finds it), so that firmware that boots
+        // a USB disk only from an ESP finds one. Upstream's aarch64 ISO has
+        // no partition table; EDK II boots El Torito from a disk either way.
+        s(
+            &mut a,
+            &[
+                "-c",
+                BOOT_CAT_EFI_ONLY,
+                "-e",
+                EFIBOOT_IN_ISO,
+                "-no-emul-boot",
+                "-partition_offset",
+                "16",
+                "-append_partition",
+                "2",
+                "0xef",
+            ],
+        );
+        a.push(stage.join(EFIBOOT_IN_ISO).into_os_string());
+        s(&mut a, &["-o"]);
+        a.push(out.as_os_str().to_owned());
+        a.push(stage.as_os_str().to_owned());
+        return a;
+    };
     s(
         &mut a,
         &[
@@ -224,7 +264,7 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
     // nest the EFI partition inside the ISO one, which sgdisk rejects as
     // overlapping.)
     a.push("-isohybrid-mbr".into());
-    a.push(i.syslinux.isohdpfx_bin.clone().into_os_string());
+    a.push(sys.isohdpfx_bin.clone().into_os_string());
     s(
         &mut a,
         &["-partition_offset", "16", "-append_partition", "2", "0xef"],
@@ -480,7 +520,7 @@ mod tests {
             rootfs: &p("rootfs"),
             efiboot: &p("efiboot.img"),
             menus: &menus,
-            syslinux: &sys,
+            syslinux: Some(&sys),
             mtime: 1_700_000_000,
             features: &crate::live::features_json(None),
         };

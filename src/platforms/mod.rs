@@ -366,7 +366,7 @@ impl PlatformSpec {
     /// other arches boot EFI, PReP or zipl), 512-byte sectors, and not live
     /// (the live ISO boots BIOS with ISOLINUX, not the OS's GRUB).
     pub fn bios(&self, arch: &str) -> bool {
-        arch == "x86_64" && self.sector_size == 512 && !self.is_live()
+        arch_has_bios(arch) && self.sector_size == 512 && !self.is_live()
     }
 
     /// The disk size for a metal size and a cloud size.
@@ -417,6 +417,11 @@ pub fn by_meta_key(key: &str) -> Option<&'static PlatformSpec> {
 /// Names of all platforms, for error messages.
 pub fn names() -> Vec<&'static str> {
     PLATFORMS.iter().map(|p| p.name).collect()
+}
+
+/// Whether machines of `arch` boot with a PC BIOS (x86_64 only; SPEC 3.2).
+pub fn arch_has_bios(arch: &str) -> bool {
+    arch == "x86_64"
 }
 
 /// The platforms this tool builds for `arch`.

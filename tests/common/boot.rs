@@ -79,13 +79,25 @@ pub enum Firmware {
     Bios,
     /// OVMF from /usr/share/OVMF, with a per-boot copy of the vars store.
     Uefi,
+    /// An aarch64 machine (`qemu-system-aarch64 -M virt`, TCG, Cortex-A57)
+    /// with AAVMF (Debian `qemu-efi-aarch64`), the arm64 build of EDK II,
+    /// and a per-boot copy of its vars store.
+    Aavmf,
 }
+
+/// AAVMF's code and vars (Debian `qemu-efi-aarch64`), padded to the 64 MiB
+/// pflash size `-M virt` wants.
+pub const AAVMF_PAIR: (&str, &str) = (
+    "/usr/share/AAVMF/AAVMF_CODE.fd",
+    "/usr/share/AAVMF/AAVMF_VARS.fd",
+);
 
 impl fmt::Display for Firmware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Firmware::Bios => "bios",
             Firmware::Uefi => "uefi",
+            Firmware::Aavmf => "aavmf",
         })
     }
 }
@@ -532,8 +544,9 @@ impl Vm {
         let args = self
             .qemu_args(&name, tmp.path(), &serial, &fw_log)
             .map_err(|e| format!("boot {name}: {e}"))?;
-        let command = shell_join(&qemu_binary(), &args);
-        let run = run_qemu(&args, &serial, &fw_log, &qemu_out, self.timeout);
+        let bin = qemu_binary(self.firmware);
+        let command = shell_join(&bin, &args);
+        let run = run_qemu(&bin, &args, &serial, &fw_log, &qemu_out, self.timeout);
         if let Ok(dir) = std::env::var("BOOTIMAGE_TEST_BOOT_LOGS") {
             let _ = fs::create_dir_all(&dir);
             let _ = fs::copy(&serial, Path::new(&dir).join(format!("{name}.log")));
@@ -599,8 +612,13 @@ impl Vm {
     ) -> Result<Vec<String>, String> {
         let mut a: Vec<String> = Vec::new();
         let mut push = |v: &[&str]| a.extend(v.iter().map(|s| s.to_string()));
-        push(&["-name", name, "-machine", &self.machine]);
-        if kvm_enabled() {
+        let arm = self.firmware == Firmware::Aavmf;
+        let machine = if arm { "virt" } else { self.machine.as_str() };
+        push(&["-name", name, "-machine", machine]);
+        if arm {
+            // Another arch: always emulated.
+            push(&["-accel", "tcg", "-cpu", "cortex-a57"]);
+        } else if kvm_enabled() {
             push(&["-accel", "kvm", "-cpu", "host"]);
         } else {
             push(&["-accel", "tcg"]);
@@ -626,9 +644,20 @@ impl Vm {
                 "isa-debugcon,iobase=0x402,chardev=fwlog",
             ]);
         }
-        if self.firmware == Firmware::Uefi {
-            let (code, vars) = ovmf()?;
-            let vars_copy = tmp.join("OVMF_VARS.fd");
+        if matches!(self.firmware, Firmware::Uefi | Firmware::Aavmf) {
+            let (code, vars) = match self.firmware {
+                Firmware::Aavmf => {
+                    let (c, v) = (PathBuf::from(AAVMF_PAIR.0), PathBuf::from(AAVMF_PAIR.1));
+                    if !c.is_file() || !v.is_file() {
+                        return Err(format!(
+                            "no AAVMF firmware (apt-get install qemu-efi-aarch64); looked for {AAVMF_PAIR:?}"
+                        ));
+                    }
+                    (c, v)
+                }
+                _ => ovmf()?,
+            };
+            let vars_copy = tmp.join("VARS.fd");
             fs::copy(&vars, &vars_copy).map_err(|e| format!("copying {}: {e}", vars.display()))?;
             push(&[
                 "-drive",
@@ -704,9 +733,21 @@ impl Vm {
                             "if=none,id={id},media=cdrom,format=raw,readonly=on,file={}",
                             qemu_path(path)?
                         ),
-                        "-device",
-                        &format!("ide-cd,drive={id},bootindex={}", next_index()),
                     ]);
+                    let bi = next_index();
+                    if arm {
+                        // `-M virt` has no IDE: a SCSI CD-ROM.
+                        if !scsi {
+                            scsi = true;
+                            push(&["-device", "virtio-scsi-pci,id=scsi0"]);
+                        }
+                        push(&[
+                            "-device",
+                            &format!("scsi-cd,bus=scsi0.0,drive={id},bootindex={bi}"),
+                        ]);
+                    } else {
+                        push(&["-device", &format!("ide-cd,drive={id},bootindex={bi}")]);
+                    }
                 }
                 Media::UsbDisk(path) => {
                     check_file(path)?;
@@ -780,7 +821,10 @@ impl Vm {
     }
 }
 
-fn qemu_binary() -> String {
+fn qemu_binary(fw: Firmware) -> String {
+    if fw == Firmware::Aavmf {
+        return "qemu-system-aarch64".to_string();
+    }
     std::env::var("BOOTIMAGE_TEST_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".to_string())
 }
 
@@ -968,6 +1012,7 @@ impl Tail {
 }
 
 fn run_qemu(
+    bin: &str,
     args: &[String],
     serial: &Path,
     fw_log: &Path,
@@ -977,7 +1022,7 @@ fn run_qemu(
     File::create(serial).map_err(|e| format!("{}: {e}", serial.display()))?;
     let out = File::create(qemu_out).map_err(|e| format!("{}: {e}", qemu_out.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(qemu_binary());
+    let mut cmd = Command::new(bin);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     // If the test process dies without unwinding (SIGKILL, abort), the
     // kernel kills qemu too. (The signal follows the spawning *thread*:
@@ -990,9 +1035,7 @@ fn run_qemu(
         });
     }
     let start = Instant::now();
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", qemu_binary()))?;
+    let child = cmd.spawn().map_err(|e| format!("starting {bin}: {e}"))?;
     let mut guard = QemuGuard {
         child,
         status: None,

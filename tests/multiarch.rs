@@ -1,0 +1,400 @@
+//! Other architectures (issue 17), built on this x86_64 host from the
+//! `-multi` test release, whose arm64 entry is the aarch64 test OS made of
+//! Debian's arm64 packages: `generate all --arch aarch64`, the layout read
+//! back with sfdisk and mtools, the ISO with xorriso and coreos-installer,
+//! the stream with the `coreos-stream-metadata` crate, and every disk kind
+//! and the live ISO (as CD and as USB disk) and PXE booted under
+//! `qemu-system-aarch64 -M virt` with AAVMF (TCG), each printing its
+//! `platform=` and `arch=aarch64`.
+mod common;
+use common::boot::{self, DiskFormat, Firmware, Media, Mode};
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const ARCH: &str = "aarch64";
+
+struct Built {
+    root: PathBuf,
+    out: PathBuf,
+    raw: PathBuf,
+    meta: Value,
+    log: String,
+}
+
+fn built() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
+        let root = top().join("target/tmp/multiarch-aarch64");
+        let _ = std::fs::remove_dir_all(&root);
+        let raw = root.join("raw");
+        let (out, meta, log) = generate_logged(
+            &root,
+            &[
+                &oci("release-multi"),
+                "all",
+                "--arch",
+                ARCH,
+                "--debug-raw-dir",
+                raw.to_str().unwrap(),
+            ],
+        );
+        Built {
+            root,
+            out,
+            raw,
+            meta,
+            log,
+        }
+    })
+}
+
+fn sh(script: &str, dir: &Path) -> String {
+    let o = Command::new("sh")
+        .args(["-ec", script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn artifact(key: &str) -> PathBuf {
+    image_file(&built().meta, &built().out, key)
+}
+
+/// What RHCOS ships for aarch64 (openshift/installer
+/// `data/data/coreos/coreos-rhel-9.json`), all of which must be built.
+const RHCOS_AARCH64: &[&str] = &[
+    "metal",
+    "metal4k",
+    "qemu",
+    "openstack",
+    "aws",
+    "azure",
+    "gcp",
+];
+
+#[test]
+fn all_builds_the_aarch64_set_and_nothing_x86_only() {
+    let b = built();
+    assert_eq!(b.meta["coreos-assembler.basearch"], ARCH);
+    let images = b.meta["images"].as_object().unwrap();
+    for k in
+        RHCOS_AARCH64
+            .iter()
+            .chain(&["live-iso", "live-kernel", "live-initramfs", "live-rootfs"])
+    {
+        let e = &images[*k];
+        let p = e["path"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no images.{k}: {}", b.log));
+        assert!(p.contains(".aarch64") || p.contains("-aarch64"), "{k}: {p}");
+    }
+    // x86_64-only platforms (vmware, nutanix, ibmcloud, ...) are not built.
+    for k in [
+        "vmware",
+        "nutanix",
+        "ibmcloud",
+        "azurestack",
+        "virtualbox",
+        "kubevirt",
+    ] {
+        assert!(!images.contains_key(k), "{k} built for aarch64: {}", b.log);
+    }
+    let sums = sh(
+        "sha256sum -c --quiet SHA256SUMS && wc -l < SHA256SUMS",
+        &b.out,
+    );
+    assert!(sums.trim().parse::<usize>().unwrap() >= RHCOS_AARCH64.len() + 4);
+}
+
+/// cosa `coreos.osbuild.aarch64.mpp.yaml`: reserved (1 MiB, its own type),
+/// EFI-SYSTEM, boot, root with the aarch64 root type; no BIOS boot code in
+/// the MBR; the ESP holds shim and GRUB for arm64.
+#[test]
+fn metal_layout_is_aarch64s() {
+    let b = built();
+    for (disk, ss) in [("metal.raw", 512), ("metal4k.raw", 4096)] {
+        // Through a loop device of the disk's sector size (sfdisk reads a
+        // file with 512-byte sectors).
+        let script = format!(
+            "l=$(losetup --find --show --read-only --sector-size {ss} {disk}); \
+             rc=0; sfdisk -J $l || rc=$?; losetup -d $l; exit $rc"
+        );
+        let j: Value = serde_json::from_str(&sh(&script, &b.raw)).unwrap();
+        let parts = j["partitiontable"]["partitions"].as_array().unwrap();
+        let rows: Vec<(&str, &str)> = parts
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["type"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("reserved", "8DA63339-0007-60C0-C436-083AC8230908"),
+                ("EFI-SYSTEM", "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"),
+                ("boot", "BC13C2FF-59E6-4262-A352-B275FD6F7172"),
+                ("root", "B921B045-1DF0-41C3-AF44-4C6F280D3FAE"),
+            ],
+            "{disk}"
+        );
+        let starts: Vec<u64> = parts
+            .iter()
+            .map(|p| p["start"].as_u64().unwrap() * ss / (1 << 20))
+            .collect();
+        assert_eq!(starts, [1, 2, 129, 513], "{disk}");
+    }
+    let mbr = std::fs::read(b.raw.join("metal.raw")).unwrap();
+    assert!(
+        mbr[..440].iter().all(|&x| x == 0),
+        "boot code in the MBR of an aarch64 disk"
+    );
+    let esp = sh("mdir -b -/ -i metal.raw@@2M ::/EFI", &b.raw);
+    for f in [
+        "::/EFI/BOOT/BOOTAA64.EFI",
+        "::/EFI/redhat/shimaa64.efi",
+        "::/EFI/redhat/grubaa64.efi",
+        "::/EFI/redhat/grub.cfg",
+    ] {
+        assert!(
+            esp.lines().any(|l| l.eq_ignore_ascii_case(f)),
+            "{f} not in the ESP:\n{esp}"
+        );
+    }
+    assert!(!esp.to_ascii_lowercase().contains("x64"), "{esp}");
+}
+
+/// The bootupd state names EFI only (no BIOS component on aarch64).
+#[test]
+fn bootupd_state_has_efi_only() {
+    let b = built();
+    let state = sh(
+        "dd if=metal.raw of=boot.img bs=1M skip=129 count=384 status=none && \
+         debugfs -R 'cat /bootupd-state.json' boot.img 2>/dev/null; rm -f boot.img",
+        &b.raw,
+    );
+    let v: Value = serde_json::from_str(&state).unwrap();
+    let installed = v["installed"].as_object().unwrap();
+    assert!(installed.contains_key("EFI"), "{v}");
+    assert!(!installed.contains_key("BIOS"), "{v}");
+    assert!(
+        v["installed"]["EFI"]["meta"]["version"]
+            .as_str()
+            .unwrap()
+            .contains("aarch64"),
+        "{v}"
+    );
+}
+
+/// osbuild `gen_live_artifacts` for aarch64: EFI El Torito only, no
+/// ISOLINUX binaries; coreos-installer edits it as any live ISO.
+#[test]
+fn live_iso_is_efi_only_and_coreos_installer_edits_it() {
+    let b = built();
+    let iso = artifact("live-iso");
+    let rep = sh(
+        &format!(
+            "xorriso -indev '{}' -report_el_torito plain 2>/dev/null",
+            iso.display()
+        ),
+        &b.root,
+    );
+    let imgs: Vec<&str> = rep
+        .lines()
+        .filter(|l| l.starts_with("El Torito boot img :"))
+        .collect();
+    assert_eq!(imgs.len(), 1, "{rep}");
+    assert!(imgs[0].contains("UEFI"), "{rep}");
+    let files = sh(
+        &format!(
+            "xorriso -indev '{}' -find / -type f 2>/dev/null",
+            iso.display()
+        ),
+        &b.root,
+    );
+    assert!(
+        !files.contains("isolinux.bin") && !files.contains("ldlinux.c32"),
+        "{files}"
+    );
+    let kargs = sh(
+        &format!("coreos-installer iso kargs show '{}'", iso.display()),
+        &b.root,
+    );
+    assert!(kargs.contains("coreos.liveiso="), "{kargs}");
+    let copy = b.root.join("edited.iso");
+    std::fs::copy(&iso, &copy).unwrap();
+    let ign = b.root.join("x.ign");
+    std::fs::write(&ign, br#"{"ignition":{"version":"3.4.0"}}"#).unwrap();
+    sh(
+        &format!(
+            "coreos-installer iso ignition embed -i '{}' '{}' && coreos-installer iso ignition show '{}'",
+            ign.display(),
+            copy.display(),
+            copy.display()
+        ),
+        &b.root,
+    );
+    std::fs::remove_file(&copy).unwrap();
+}
+
+/// coreos/stream-metadata-go's schema, through its Rust crate.
+#[test]
+fn stream_metadata_reads_the_aarch64_stream() {
+    let b = built();
+    let raw = read(&b.out.join("stream.json"));
+    let s: coreos_stream_metadata::Stream = serde_json::from_slice(&raw).unwrap();
+    let a = s.architectures.get(ARCH).expect("architectures.aarch64");
+    for p in ["metal", "qemu", "openstack", "aws", "azure", "gcp"] {
+        assert!(a.artifacts.contains_key(p), "{p} missing in stream.json");
+    }
+    assert!(!s.architectures.contains_key("x86_64"));
+}
+
+fn ungz(key: &str, name: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap();
+    let b = built();
+    let dir = b.root.join("disks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    if !p.exists() {
+        sh(
+            &format!(
+                "gzip -dc '{}' > '{name}.tmp' && mv '{name}.tmp' '{name}'",
+                artifact(key).display()
+            ),
+            &dir,
+        );
+    }
+    p
+}
+
+fn check_marker(r: &boot::BootResult, platform: &str, mode: Mode) {
+    assert_eq!(r.marker.platform, platform, "{}", r.log);
+    assert_eq!(r.marker.mode, mode, "{}", r.log);
+    assert_eq!(r.marker.arch.as_deref(), Some(ARCH), "{}", r.log);
+    assert!(r.marker.firstboot, "{}", r.log);
+    assert_eq!(
+        r.marker.version,
+        built().meta["ostree-version"].as_str().unwrap()
+    );
+}
+
+fn boots_disk(media: Media, platform: &str) {
+    let r = boot::assert_boots(&[media], Firmware::Aavmf, boot::default_timeout());
+    check_marker(&r, platform, Mode::Disk);
+    eprintln!("{platform} aarch64/AAVMF: booted in {:.1?}", r.duration);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_metal_aavmf() {
+    boots_disk(Media::disk(built().raw.join("metal.raw")), "metal");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_metal4k_aavmf_4k_disk() {
+    boots_disk(
+        Media::disk_4k(built().raw.join("metal4k.raw"), DiskFormat::Raw),
+        "metal",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_qemu_qcow2_aavmf() {
+    let p = ungz("qemu", "qemu.qcow2");
+    boots_disk(Media::disk_as(p, DiskFormat::Qcow2), "qemu");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_aws_vmdk_aavmf() {
+    let p = ungz("aws", "aws.vmdk");
+    boots_disk(Media::disk_as(p, DiskFormat::Vmdk), "aws");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_live_iso_as_cd_aavmf() {
+    let r = boot::assert_boots(
+        &[Media::Cdrom(artifact("live-iso"))],
+        Firmware::Aavmf,
+        boot::default_timeout(),
+    );
+    check_marker(&r, "metal", Mode::LiveIso);
+    eprintln!(
+        "live ISO as CD, aarch64/AAVMF: booted in {:.1?}",
+        r.duration
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_live_iso_as_usb_disk_aavmf() {
+    let r = boot::assert_boots(
+        &[Media::UsbDisk(artifact("live-iso"))],
+        Firmware::Aavmf,
+        boot::default_timeout(),
+    );
+    check_marker(&r, "metal", Mode::LiveIso);
+    eprintln!(
+        "live ISO as USB disk, aarch64/AAVMF: booted in {:.1?}",
+        r.duration
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_pxe_by_kernel_and_initrds_aarch64() {
+    let kargs = sh(
+        &format!(
+            "coreos-installer iso kargs show '{}'",
+            artifact("live-iso").display()
+        ),
+        &built().root,
+    );
+    let kargs: Vec<&str> = kargs
+        .split_whitespace()
+        .filter(|k| !k.starts_with("coreos.liveiso="))
+        .collect();
+    let r = boot::assert_boots(
+        &[Media::kernel(
+            artifact("live-kernel"),
+            &[&artifact("live-initramfs"), &artifact("live-rootfs")],
+            &format!("{} console=ttyAMA0", kargs.join(" ")),
+        )],
+        Firmware::Aavmf,
+        boot::default_timeout(),
+    );
+    check_marker(&r, "metal", Mode::LivePxe);
+    eprintln!("PXE -kernel/-initrd, aarch64: booted in {:.1?}", r.duration);
+}
