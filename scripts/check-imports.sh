@@ -25,8 +25,8 @@ verbose=0
 # Levels, highest first: a module may import its own level (without making a
 # cycle) and every lower level.
 levels='
-cli 6
-commands 5
+cli 5
+commands 6
 plan 4
 pipeline 4
 release 3

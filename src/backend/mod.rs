@@ -1,7 +1,7 @@
 //! Backends decide where the privileged disk steps run. `loopback` runs them
 //! on this host with loop devices and mounts; `kvm` and `nokvm` inside a
 //! throw-away VM ([`vm`]).
-pub mod loopback;
+pub mod job;
 pub mod vm;
 
 use crate::cli::Backend;

@@ -2,18 +2,18 @@
 //! encode each platform, publish atomically with meta.json and SHA256SUMS.
 use super::input::{self, Input};
 use crate::backend;
-use crate::cli::GenerateArgs;
-use crate::disk::job::{
+use crate::backend::job::{
     BootSetting, BootupdJob, DiskJob, DiskOutput, LiveJob, LiveStage, OS_EFI_DIR, OS_GRUB_BIOS_DIR,
 };
+use crate::cli::GenerateArgs;
 use crate::disk::{deploy, derive, layout::Layout};
 use crate::io::compress::{self, Compressor};
 use crate::io::view::{Composite, DiskView, FileView, Patch};
 use crate::live::{self, iso::Syslinux};
-use crate::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::oscontainer::{OsFormat, OsInfo};
 use crate::plan::{Plan, PlanArtifact, PlanInput};
 use crate::platforms::{self, Format, PlatformSpec};
+use crate::publish::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs::File;
@@ -27,7 +27,7 @@ const SPACE_MARGIN: u64 = 64 << 20;
 pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
     let specs = parse_platforms(&a.platforms)?;
-    let aws_settings = crate::aws::Settings::from_args(&a.aws)?;
+    let aws_settings = crate::publish::aws::Settings::from_args(&a.aws)?;
     if aws_settings.is_some()
         && !specs.iter().any(|p| p.name == platforms::AWS)
         && !a.platforms.iter().any(|p| p == ALL)
@@ -45,7 +45,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     // Region and credentials from the AWS chain, before anything is built.
     let aws = aws_settings
         .as_ref()
-        .map(crate::aws::Session::connect)
+        .map(crate::publish::aws::Session::connect)
         .transpose()?;
     let input = Input::from_args(&a.input)?;
     let reporter = Reporter::new(a.progress);
@@ -239,8 +239,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         .iter()
         .map(|p| (p.region.clone(), p.image.clone(), p.release.clone()))
         .collect();
-    let st = crate::stream::from_meta(&written, &stream_name, a.base_url.as_deref(), &pinned);
-    crate::stream::write_stream(&a.output, &st)?;
+    let st =
+        crate::publish::stream::from_meta(&written, &stream_name, a.base_url.as_deref(), &pinned);
+    crate::publish::stream::write_stream(&a.output, &st)?;
     let (chunks, bytes) = b.chunks.reused();
     if chunks > 0 {
         let by: Vec<String> = (b.chunks.reused_by().iter())
@@ -265,16 +266,16 @@ pub fn run(a: GenerateArgs) -> Result<()> {
 /// `--aws-register`: the aws disk must be planned; the AMI to register;
 /// each region reached with the credentials before the disk is built.
 fn aws_preflight(
-    s: &crate::aws::Settings,
-    session: Option<&crate::aws::Session>,
+    s: &crate::publish::aws::Settings,
+    session: Option<&crate::publish::aws::Session>,
     plan: &Plan,
     os: &OsInfo,
     r: &Reporter,
-) -> Result<crate::aws::AmiSpec> {
+) -> Result<crate::publish::aws::AmiSpec> {
     if !plan.artifacts.iter().any(|x| x.spec.name == platforms::AWS) {
         bail!("--aws-register needs the aws platform, which is not planned (the release's stream does not list it); name aws explicitly");
     }
-    let spec = crate::aws::AmiSpec::new(
+    let spec = crate::publish::aws::AmiSpec::new(
         s,
         &plan.name,
         &plan.version,
@@ -546,7 +547,7 @@ fn check_live(
         if os.config.has_live_templates {
             bail!("the live ISO boots UEFI machines with the OS's GRUB and puts its menu next to it in EFI/<vendor>/, but commit {short} has {what}; use an OS image that ships its bootupd EFI tree (e.g. EFI/redhat/grubx64.efi)");
         }
-        bail!("the OS ships no live ISO menu templates ({}) and the built-in menus cannot be used either: they need the OS's EFI GRUB in a vendor directory ({efi}/<vendor>/grub*.efi, where the UEFI menu EFI/<vendor>/grub.cfg goes), and commit {short} has {what}; use an OS image that ships coreos-assembler's live/ templates and its bootupd EFI tree", crate::osconfig::LIVE_DIR);
+        bail!("the OS ships no live ISO menu templates ({}) and the built-in menus cannot be used either: they need the OS's EFI GRUB in a vendor directory ({efi}/<vendor>/grub*.efi, where the UEFI menu EFI/<vendor>/grub.cfg goes), and commit {short} has {what}; use an OS image that ships coreos-assembler's live/ templates and its bootupd EFI tree", crate::oscontainer::config::LIVE_DIR);
     }
     Ok((Syslinux::find()?, erofs))
 }
@@ -810,7 +811,10 @@ struct Builder<'a> {
     /// What the OS ships for bootupd, when it ships its metadata.
     bootupd: Option<BootupdInfo>,
     /// `--aws-register`: where and what to register the aws disk as.
-    aws: Option<(&'a crate::aws::Session, &'a crate::aws::AmiSpec)>,
+    aws: Option<(
+        &'a crate::publish::aws::Session,
+        &'a crate::publish::aws::AmiSpec,
+    )>,
 }
 
 impl Builder<'_> {

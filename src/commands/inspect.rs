@@ -2,7 +2,7 @@
 //! (schema `bootimage-gen/inspect/v1`, documented in docs/inspect-json.md).
 use super::input::{load, Input, Loaded};
 use crate::cli::InspectArgs;
-use crate::osconfig::Setting;
+use crate::oscontainer::config::Setting;
 use anyhow::Result;
 use serde_json::{json, Value};
 
@@ -69,8 +69,8 @@ pub fn document(l: &Loaded) -> Value {
             "platforms": o.config.platforms.as_ref().map(|p| json!({
                 "source": p.source,
                 "shape": match p.shape {
-                    crate::osconfig::PlatformsShape::ByPlatform(_) => "by-platform",
-                    crate::osconfig::PlatformsShape::ByArch(_) => "by-arch",
+                    crate::oscontainer::config::PlatformsShape::ByPlatform(_) => "by-platform",
+                    crate::oscontainer::config::PlatformsShape::ByArch(_) => "by-arch",
                 },
                 "console": p.for_arch(&r.arch).ok(),
             })),

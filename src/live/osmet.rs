@@ -27,7 +27,7 @@
 //! its object (so a stale map can never give a wrong osmet) and hashes the
 //! whole image on the way.
 use crate::io::view::DiskView;
-use crate::meta::sha256_file;
+use crate::publish::meta::sha256_file;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -20,7 +20,7 @@
 //!   for `--vm-watchdog` seconds, it is stopped. The result (or the error
 //!   chain) comes back as `vm/result.json`.
 use super::super::cli::{VmArgs, VmJobArgs};
-use crate::disk::job::{self, DiskJob, DiskOutput};
+use crate::backend::job::{self, DiskJob, DiskOutput};
 use crate::util::{cancel, cmd, progress::Reporter};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -414,7 +414,7 @@ pub fn job_main(a: VmJobArgs) -> Result<()> {
     let bytes = serde_json::to_vec(&outcome)?;
     let dir = a.result.parent().context("result path")?;
     let name = a.result.file_name().context("result path")?;
-    crate::meta::write_atomic(dir, &name.to_string_lossy(), &bytes)
+    crate::publish::meta::write_atomic(dir, &name.to_string_lossy(), &bytes)
 }
 
 /// Kills and reaps the VM when dropped.

@@ -183,7 +183,7 @@ impl AmiSpec {
         version: &str,
         arch: &str,
         release: &str,
-        image: &crate::osconfig::ImageConfig,
+        image: &crate::oscontainer::config::ImageConfig,
     ) -> Result<Self> {
         let ami_name = settings
             .ami_name
@@ -640,11 +640,11 @@ mod tests {
         assert!(check_endpoint_url("ftp://x").is_err());
     }
 
-    fn image(boot: &str, vt: &str, imds: bool) -> crate::osconfig::ImageConfig {
+    fn image(boot: &str, vt: &str, imds: bool) -> crate::oscontainer::config::ImageConfig {
         let v = serde_json::json!({
             "aws-x86-boot-mode": boot, "aws-volume-type": vt, "aws-imdsv2-only": imds
         });
-        crate::osconfig::ImageConfig::from_json(Some(&v), "image.json").unwrap()
+        crate::oscontainer::config::ImageConfig::from_json(Some(&v), "image.json").unwrap()
     }
 
     #[test]

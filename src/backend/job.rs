@@ -5,14 +5,15 @@
 //! a throw-away VM that runs this same binary over the same job (see
 //! `backend::vm`). Everything else (fetching, importing, encoding,
 //! compressing, describing) stays on the host and needs no privileges.
-use super::{
-    bios, bootupd, deploy, derive, esp, gpt, grubcfg,
+use crate::disk::{
+    bios, bootupd, deploy, derive, gpt, grubcfg,
     layout::{Layout, DISK_GUID, PARTITIONS},
     mkfs,
 };
-use crate::backend::loopback::{LoopDevice, Mount, Mounted};
+use crate::fs::fat as esp;
 use crate::live;
 use crate::plan::{PlanArtifact, PlanDisk, PlanLive};
+use crate::sys::loopback::{LoopDevice, Mount, Mounted};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -443,7 +444,7 @@ impl DiskJob {
             Err(e) => return Err(e).with_context(|| format!("reading {}", ex.display())),
         };
 
-        let live_dir = tree.join(crate::osconfig::LIVE_DIR.trim_start_matches('/'));
+        let live_dir = tree.join(crate::oscontainer::config::LIVE_DIR.trim_start_matches('/'));
         let templates = if live_dir.is_dir() {
             live::read_templates(&live_dir, vendor).with_context(|| {
                 format!(
@@ -455,7 +456,7 @@ impl DiskJob {
             let title = &lj.title;
             r.note(&format!(
                 "live: the OS ships no menu templates ({}); using the built-in menus",
-                crate::osconfig::LIVE_DIR
+                crate::oscontainer::config::LIVE_DIR
             ));
             live::builtin_templates(vendor, title)
         };
