@@ -12,7 +12,6 @@ use crate::disk::{
 };
 use crate::fs::fat as esp;
 use crate::live;
-use crate::plan::{PlanArtifact, PlanDisk, PlanLive};
 use crate::sys::loopback::{LoopDevice, Mount, Mounted};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{ensure, Context, Result};
@@ -108,6 +107,33 @@ pub struct LiveStage {
     pub notes: Vec<String>,
 }
 
+/// The base disk's sizes and kernel arguments (part of the plan).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanDisk {
+    /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
+    pub content_bytes: u64,
+    pub root_size: u64,
+    /// metal / metal4k disk size: content + 35 % + the fixed partitions.
+    pub metal_size: u64,
+    /// Cloud and virtualisation disks: `image.json size` GiB (never less
+    /// than the metal size).
+    pub cloud_size: u64,
+    /// Kernel arguments of every platform, before the platform's own.
+    pub kargs: Vec<String>,
+}
+
+/// The live ISO and PXE artifacts (SPEC 5).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanLive {
+    pub volume_id: String,
+    /// Kernel arguments of the ISO menus (the default of `kargs.json`).
+    pub kargs: Vec<String>,
+    pub iso: String,
+    pub kernel: String,
+    pub initramfs: String,
+    pub rootfs: String,
+}
+
 /// What a platform changes on the boot filesystem.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootSetting {
@@ -117,14 +143,6 @@ pub struct BootSetting {
 }
 
 impl BootSetting {
-    pub fn of(art: &PlanArtifact) -> Self {
-        BootSetting {
-            platform_id: art.ignition_platform_id.clone(),
-            kargs: art.kargs.clone(),
-            grub_commands: art.grub_commands.clone(),
-        }
-    }
-
     /// Platforms with equal keys share one boot filesystem image.
     pub fn key(&self) -> String {
         let id = crate::util::sha256_hex(
@@ -232,7 +250,7 @@ impl DiskJob {
         let entries = derive::read_entries(&boot, &dep.entries)?;
         // Bootloaders, from the OS tree.
         let efi_src = tree.join(OS_EFI_DIR);
-        let vendor = esp::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
+        let vendor = crate::disk::efi::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
         let static_grub = match &self.bootupd {
             Some(_) => bootupd::StaticGrub::read(&tree)?,
             None => None,

@@ -4,10 +4,18 @@
 pub mod job;
 pub mod vm;
 
-use crate::cli::Backend;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::path::Path;
+
+/// The backend asked for (`--backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Auto,
+    Loopback,
+    Kvm,
+    Nokvm,
+}
 
 /// The backend chosen for a run, and why.
 #[derive(Debug, Clone, Serialize)]

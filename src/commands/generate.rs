@@ -27,7 +27,7 @@ const SPACE_MARGIN: u64 = 64 << 20;
 pub fn run(a: GenerateArgs) -> Result<()> {
     cancel::install()?;
     let specs = parse_platforms(&a.platforms)?;
-    let aws_settings = crate::publish::aws::Settings::from_args(&a.aws)?;
+    let aws_settings = crate::publish::aws::Settings::from_args(&(&a.aws).into())?;
     if aws_settings.is_some()
         && !specs.iter().any(|p| p.name == platforms::AWS)
         && !a.platforms.iter().any(|p| p == ALL)
@@ -41,14 +41,14 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         check_base_url(u)?;
     }
     check_output_dir(&a.output)?;
-    let chosen = backend::choose(a.backend)?;
+    let chosen = backend::choose(a.backend.into())?;
     // Region and credentials from the AWS chain, before anything is built.
     let aws = aws_settings
         .as_ref()
         .map(crate::publish::aws::Session::connect)
         .transpose()?;
     let input = Input::from_args(&a.input)?;
-    let reporter = Reporter::new(a.progress);
+    let reporter = Reporter::new(a.progress.into());
     let loaded = super::block_on(input::load(&input, !a.dry_run))?;
     let os = loaded.os.as_ref();
     if let Some((rec, _)) = loaded
@@ -162,7 +162,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let job = b.disk_job()?;
     let out = match plan.backend.name {
         "loopback" => job.run(&reporter)?,
-        _ => backend::vm::run(&job, &a.vm, plan.backend.name, &loaded.cache.dir, &reporter)?,
+        _ => backend::vm::run(
+            &job,
+            &(&a.vm).into(),
+            plan.backend.name,
+            &loaded.cache.dir,
+            &reporter,
+        )?,
     };
     let base = Base::open(out, job.disk.metal_size)?;
     let osmets = b.pack_osmets(&base)?;
@@ -656,6 +662,7 @@ fn note_os_requests(
 fn free_space(p: &Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
+    // SAFETY: statvfs is a plain-old-data struct: all zeroes is a valid value.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs on a valid path into a zeroed struct.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
@@ -850,7 +857,7 @@ impl Builder<'_> {
     fn disk_job(&self) -> Result<DiskJob> {
         let mut boots: Vec<BootSetting> = Vec::new();
         for art in &self.plan.artifacts {
-            let b = BootSetting::of(art);
+            let b = art.boot_setting();
             if !boots.iter().any(|x| x.key() == b.key()) {
                 boots.push(b);
             }
@@ -1156,7 +1163,7 @@ impl Builder<'_> {
         let boot_p = base.layout.part("boot").clone();
         let boot_img = base
             .boots
-            .get(&BootSetting::of(art).key())
+            .get(&art.boot_setting().key())
             .with_context(|| format!("no boot filesystem was derived for {}", art.platform))?;
         // The disk as this platform sees it.
         let layout = Layout::with_root(disk_size, art.sector_size, d.root_size)?;

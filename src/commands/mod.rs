@@ -22,7 +22,7 @@ pub fn run(cli: Cli) -> Result<()> {
             generate::run(a)
         }
         Command::Platforms(a) => platforms::run(a),
-        Command::VmJob(a) => crate::backend::vm::job_main(a),
+        Command::VmJob(a) => crate::backend::vm::job_main(&a.job, &a.result),
         Command::Completions(a) => completions::completions(a),
         Command::Man(a) => completions::man(a),
     }

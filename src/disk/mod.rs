@@ -3,6 +3,7 @@ pub mod bios;
 pub mod bootupd;
 pub mod deploy;
 pub mod derive;
+pub mod efi;
 pub mod gpt;
 pub mod grubcfg;
 pub mod layout;

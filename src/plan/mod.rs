@@ -1,5 +1,7 @@
 //! The validated build plan: everything `generate` will do, decided before
 //! the first side effect, and printed by `--dry-run`.
+use crate::backend::job::BootSetting;
+pub use crate::backend::job::{PlanDisk, PlanLive};
 use crate::backend::Chosen;
 use crate::disk::layout::{Layout, MIB};
 use crate::io::compress::Compressor;
@@ -54,20 +56,6 @@ pub struct PlanOs {
     pub kernel: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct PlanDisk {
-    /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
-    pub content_bytes: u64,
-    pub root_size: u64,
-    /// metal / metal4k disk size: content + 35 % + the fixed partitions.
-    pub metal_size: u64,
-    /// Cloud and virtualisation disks: `image.json size` GiB (never less
-    /// than the metal size).
-    pub cloud_size: u64,
-    /// Kernel arguments of every platform, before the platform's own.
-    pub kargs: Vec<String>,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanArtifact {
     /// The platform's row of the table.
@@ -97,16 +85,15 @@ pub struct PlanArtifact {
     pub live: Option<PlanLive>,
 }
 
-/// The live ISO and PXE artifacts (SPEC 5).
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct PlanLive {
-    pub volume_id: String,
-    /// Kernel arguments of the ISO menus (the default of `kargs.json`).
-    pub kargs: Vec<String>,
-    pub iso: String,
-    pub kernel: String,
-    pub initramfs: String,
-    pub rootfs: String,
+impl PlanArtifact {
+    /// What this platform changes on the boot filesystem.
+    pub fn boot_setting(&self) -> BootSetting {
+        BootSetting {
+            platform_id: self.ignition_platform_id.clone(),
+            kargs: self.kargs.clone(),
+            grub_commands: self.grub_commands.clone(),
+        }
+    }
 }
 
 /// Live artifact names (cosa): `<name>-<version>-live-iso.<arch>.iso`,

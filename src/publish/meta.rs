@@ -514,15 +514,7 @@ fn fill<T>(slot: &mut Option<T>, old: Option<T>) {
     }
 }
 
-/// Seconds since the epoch as cosa writes timestamps: RFC 3339 in UTC with
-/// a `Z` and no fraction (cosa `cosalib/cmdlib.py` `rfc3339_time`:
-/// `%Y-%m-%dT%H:%M:%SZ`). Out-of-range values clamp to the epoch.
-pub fn rfc3339_utc(secs: i64) -> String {
-    chrono::DateTime::from_timestamp(secs, 0)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
+pub use crate::util::rfc3339_utc;
 
 /// Streams a file through SHA-256: `(lower-case hex, size in bytes)`.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {

@@ -9,7 +9,6 @@ pub mod register;
 pub mod retry;
 pub mod snapshot;
 
-use crate::cli::AwsArgs;
 use crate::io::view::DiskView;
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
@@ -77,6 +76,15 @@ const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(30);
 pub type Tags = Vec<(String, String)>;
 
 /// Validated `--aws-*` options.
+/// `--aws-*` as given, before validation.
+#[derive(Debug, Clone, Default)]
+pub struct AwsArgs {
+    pub aws_register: bool,
+    pub aws_region: Vec<String>,
+    pub aws_endpoint_url: Option<String>,
+    pub aws_ami_name: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Regions asked for; empty: the chain's default region.
