@@ -14,6 +14,7 @@ use crate::oscontainer::{OsFormat, OsInfo};
 use crate::plan::{Plan, PlanArtifact, PlanInput};
 use crate::platforms::{self, Format, PlatformSpec};
 use crate::publish::meta::{self, ContainerImage, ImageEntry, Meta};
+use crate::publish::staged::Staged;
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs::File;
@@ -125,7 +126,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             );
         }
     }
-    let work = loaded.cache.tempdir()?;
+    let work = crate::sys::workdir::WorkDir::adopt(loaded.cache.tempdir()?);
     check_space(&plan, work.path(), &a.output)?;
     std::fs::create_dir_all(&a.output)
         .with_context(|| format!("creating output directory {}", a.output.display()))?;
@@ -920,13 +921,7 @@ impl Builder<'_> {
             self.r.note(n);
         }
         self.live_rootfs_and_initramfs(st, osmets, done_images)?;
-        let temp = |name: &str| {
-            tempfile::Builder::new()
-                .prefix(&format!(".{name}."))
-                .suffix(".partial")
-                .tempfile_in(self.out)
-                .with_context(|| format!("creating a temporary file in {}", self.out.display()))
-        };
+        let temp = |name: &str| Staged::new(&self.out.join(name));
         let step = self.r.step("live-iso");
         let iso_tmp = temp(&l.iso)?;
         let stage = st.dir.join("iso");
@@ -966,7 +961,6 @@ impl Builder<'_> {
             meta::IMAGE_KEY_LIVE_ISO.to_string(),
             file_entry(&l.iso, iso_tmp.path(), Some(true))?,
             iso_tmp,
-            l.iso.clone(),
         )];
         step.done(&format!(
             "{} (volume id {}, {} MiB)",
@@ -989,12 +983,12 @@ impl Builder<'_> {
                 })?;
             }
             let e = file_entry(name, tmp.path(), Some(true))?;
-            done.push((key.to_string(), e, tmp, name.clone()));
+            done.push((key.to_string(), e, tmp));
         }
         cancel::check()?;
         let mut out = Vec::new();
-        for (key, entry, tmp, name) in done {
-            publish(tmp, &self.out.join(&name))?;
+        for (key, entry, tmp) in done {
+            tmp.commit()?;
             out.push((key, entry));
         }
         Ok(out)
@@ -1195,11 +1189,7 @@ impl Builder<'_> {
             let p = dir.join(format!("{}.raw", art.platform));
             crate::io::sparse::write_sparse(&view, &p, &|_| {})?;
         }
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{}.", art.file))
-            .suffix(".partial")
-            .tempfile_in(self.out)
-            .with_context(|| format!("creating a temporary file in {}", self.out.display()))?;
+        let tmp = Staged::new(&self.out.join(&art.file))?;
         let kind = if art.compressed {
             self.plan.compressor
         } else {
@@ -1284,8 +1274,7 @@ impl Builder<'_> {
             // The snapshot holds the same bytes the VMDK encodes.
             aws.register(&view, spec, self.r)?;
         }
-        let dst = self.out.join(&art.file);
-        publish(tmp, &dst)?;
+        tmp.commit()?;
         step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));
         Ok(entry)
     }
@@ -1339,11 +1328,7 @@ impl Builder<'_> {
             self.plan.name, self.plan.version, self.plan.release.arch
         );
         let step = self.r.step("ostree");
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{file}."))
-            .suffix(".partial")
-            .tempfile_in(self.out)
-            .with_context(|| format!("creating a temporary file in {}", self.out.display()))?;
+        let tmp = Staged::new(&self.out.join(&file))?;
         let scratch = self.work.join("skopeo");
         std::fs::create_dir_all(&scratch)?;
         input.fetch.copy_to_oci_archive(
@@ -1356,19 +1341,10 @@ impl Builder<'_> {
                 .map(|_| self.plan.release.arch.as_str()),
         )?;
         let entry = file_entry(&file, tmp.path(), Some(true))?;
-        publish(tmp, &self.out.join(&file))?;
+        tmp.commit()?;
         step.done(&format!("{file} ({} MiB)", entry.size >> 20));
         Ok((meta::IMAGE_KEY_OSTREE.to_string(), entry))
     }
-}
-
-/// Give a finished temporary file its final name (mode 0644).
-fn publish(tmp: tempfile::NamedTempFile, dst: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))?;
-    tmp.persist(dst)
-        .with_context(|| format!("renaming into {}", dst.display()))?;
-    Ok(())
 }
 
 /// meta.json entry of a finished, uncompressed file published as `name`.

@@ -2,4 +2,5 @@
 //! stream.json, SHA256SUMS, and the AMI registration (aws).
 pub mod aws;
 pub mod meta;
+pub mod staged;
 pub mod stream;
