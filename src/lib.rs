@@ -10,6 +10,7 @@ pub mod image;
 pub mod io;
 pub mod live;
 pub mod oscontainer;
+pub mod pipeline;
 pub mod plan;
 pub mod platforms;
 pub mod publish;
