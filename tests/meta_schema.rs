@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use bootimage_gen::meta::{
+use bootimage_gen::platforms;
+use bootimage_gen::publish::meta::{
     self, Ami, ContainerImage, Git, ImageEntry, Meta, IMAGE_KEY_OCI_MANIFEST, IMAGE_KEY_OSTREE,
 };
-use bootimage_gen::platforms;
 use serde_json::Value;
 
 const SCHEMA: &str = concat!(

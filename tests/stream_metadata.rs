@@ -1,8 +1,8 @@
 //! The stream.json we write, read back by an independent reader: the
 //! `coreos-stream-metadata` crate (coreos/stream-metadata-rust), which
 //! installers and tools use to find CoreOS artifacts.
-use bootimage_gen::meta::{Ami, ImageEntry, Meta};
-use bootimage_gen::stream::{from_meta, read_stream, write_stream, STREAM_JSON};
+use bootimage_gen::publish::meta::{Ami, ImageEntry, Meta};
+use bootimage_gen::publish::stream::{from_meta, read_stream, write_stream, STREAM_JSON};
 use coreos_stream_metadata::Stream as UpstreamStream;
 
 const V: &str = "418.94.202501221327-0";

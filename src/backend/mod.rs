@@ -1,13 +1,21 @@
 //! Backends decide where the privileged disk steps run. `loopback` runs them
 //! on this host with loop devices and mounts; `kvm` and `nokvm` inside a
 //! throw-away VM ([`vm`]).
-pub mod loopback;
+pub mod job;
 pub mod vm;
 
-use crate::cli::Backend;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::path::Path;
+
+/// The backend asked for (`--backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Auto,
+    Loopback,
+    Kvm,
+    Nokvm,
+}
 
 /// The backend chosen for a run, and why.
 #[derive(Debug, Clone, Serialize)]

@@ -269,3 +269,49 @@ pub struct PlatformsArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+// The layers below the CLI have their own plain types (nothing below imports
+// clap); these turn the clap ones into them.
+
+impl From<Progress> for crate::util::progress::Progress {
+    fn from(p: Progress) -> Self {
+        match p {
+            Progress::Auto => Self::Auto,
+            Progress::Tty => Self::Tty,
+            Progress::Plain => Self::Plain,
+            Progress::Json => Self::Json,
+        }
+    }
+}
+
+impl From<Backend> for crate::backend::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Auto => Self::Auto,
+            Backend::Loopback => Self::Loopback,
+            Backend::Kvm => Self::Kvm,
+            Backend::Nokvm => Self::Nokvm,
+        }
+    }
+}
+
+impl From<&VmArgs> for crate::backend::vm::VmArgs {
+    fn from(a: &VmArgs) -> Self {
+        Self {
+            vm_memory: a.vm_memory,
+            vm_cpus: a.vm_cpus,
+            vm_watchdog: a.vm_watchdog,
+        }
+    }
+}
+
+impl From<&AwsArgs> for crate::publish::aws::AwsArgs {
+    fn from(a: &AwsArgs) -> Self {
+        Self {
+            aws_register: a.aws_register,
+            aws_region: a.aws_region.clone(),
+            aws_endpoint_url: a.aws_endpoint_url.clone(),
+            aws_ami_name: a.aws_ami_name.clone(),
+        }
+    }
+}

@@ -1,8 +1,8 @@
 //! `bootimage-gen inspect`: what a release holds, as text or one JSON document
 //! (schema `bootimage-gen/inspect/v1`, documented in docs/inspect-json.md).
-use super::input::{load, Input, Loaded};
 use crate::cli::InspectArgs;
-use crate::osconfig::Setting;
+use crate::oscontainer::config::Setting;
+use crate::plan::input::{load, Loaded};
 use anyhow::Result;
 use serde_json::{json, Value};
 
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 pub const SCHEMA: &str = "bootimage-gen/inspect/v1";
 
 pub fn run(a: InspectArgs) -> Result<()> {
-    let input = Input::from_args(&a.input)?;
+    let input = super::input_settings(&a.input)?;
     let loaded = super::block_on(load(&input, a.import))?;
     let doc = document(&loaded);
     if a.json {
@@ -69,8 +69,8 @@ pub fn document(l: &Loaded) -> Value {
             "platforms": o.config.platforms.as_ref().map(|p| json!({
                 "source": p.source,
                 "shape": match p.shape {
-                    crate::osconfig::PlatformsShape::ByPlatform(_) => "by-platform",
-                    crate::osconfig::PlatformsShape::ByArch(_) => "by-arch",
+                    crate::oscontainer::config::PlatformsShape::ByPlatform(_) => "by-platform",
+                    crate::oscontainer::config::PlatformsShape::ByArch(_) => "by-arch",
                 },
                 "console": p.for_arch(&r.arch).ok(),
             })),

@@ -1,11 +1,15 @@
 //! Command handlers, named after the CLI path.
 pub mod completions;
 pub mod generate;
-pub mod input;
 pub mod inspect;
 pub mod platforms;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, InputArgs};
+use crate::image::fetch::FetchOptions;
+use crate::image::idms::Mirrors;
+use crate::image::imageref::ImageRef;
+use crate::oscontainer::Cache;
+use crate::plan::input::Input;
 use anyhow::Result;
 
 /// Run a parsed command line.
@@ -22,28 +26,33 @@ pub fn run(cli: Cli) -> Result<()> {
             generate::run(a)
         }
         Command::Platforms(a) => platforms::run(a),
-        Command::VmJob(a) => crate::backend::vm::job_main(a),
+        Command::VmJob(a) => crate::backend::vm::job_main(&a.job, &a.result),
         Command::Completions(a) => completions::completions(a),
         Command::Man(a) => completions::man(a),
     }
 }
 
-/// Run an async command on a runtime, ending cleanly on SIGINT/SIGTERM: the
-/// command's future is dropped (its guards and temp dirs clean up) and the
-/// process exits 130 or 143.
-pub fn block_on<T, F: std::future::Future<Output = Result<T>>>(fut: F) -> Result<T> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = fut => r,
-            _ = tokio::signal::ctrl_c() => Err(anyhow::Error::new(Interrupted(130))),
-            _ = term.recv() => Err(anyhow::Error::new(Interrupted(143))),
-        }
+/// The input options shared by `inspect` and `generate`, validated before
+/// any side effect.
+pub fn input_settings(a: &InputArgs) -> Result<Input> {
+    let release = ImageRef::parse(&a.release)?;
+    let mut fetch =
+        FetchOptions::resolve(a.registry_config.clone(), a.insecure, a.cert_dir.clone())?;
+    fetch.arch = a
+        .arch
+        .as_deref()
+        .map(crate::release::parse_arch)
+        .transpose()?;
+    let mirrors = a.idms_file.as_deref().map(Mirrors::from_file).transpose()?;
+    Ok(Input {
+        release,
+        fetch,
+        mirrors,
+        os_stream: a.os_stream.clone(),
+        cache_dir: a.cache_dir.clone().unwrap_or_else(Cache::default_dir),
     })
 }
+
+pub use crate::util::cancel::block_on;
 
 pub use crate::util::cancel::Interrupted;

@@ -165,7 +165,7 @@ pub fn state_json(s: &State) -> Vec<u8> {
 /// binary mtime; we are not bootupd, so: the OS's time stamp and who wrote it.
 pub fn static_configs_meta(timestamp: i64) -> Value {
     json!({
-        "timestamp": crate::meta::rfc3339_utc(timestamp),
+        "timestamp": crate::util::rfc3339_utc(timestamp),
         "version": format!("bootimage-gen-{}", env!("CARGO_PKG_VERSION")),
         "versions": null,
     })

@@ -107,7 +107,7 @@ fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> R
     drop(view);
     drop(head_view);
     head_file.close()?;
-    let created = crate::meta::rfc3339_utc(d.mtime as i64);
+    let created = crate::util::rfc3339_utc(d.mtime as i64);
     let diff_id = format!("sha256:{}", w.uncompressed_sha256);
     let layer_digest = format!("sha256:{}", w.sha256);
     let config = serde_json::json!({

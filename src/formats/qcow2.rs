@@ -165,27 +165,14 @@ impl Layout {
     }
 }
 
-/// Convert the raw image at `src` into a qcow2 image at `dst`. The guest size
-/// is the source's length rounded up to a sector. The output is written to a
-/// temporary file next to `dst` and renamed into place only when complete.
+/// Convert the raw image at `src` into a qcow2 image at `dst` (written in
+/// place and fsynced: publishing under a final name is the caller's, see
+/// `publish::staged`). The guest size is the source's length rounded up to a
+/// sector.
 pub fn convert_file(src: &Path, dst: &Path) -> Result<Qcow2Stats> {
     let input = FileView::open(src).context("opening raw image")?;
-    let dir = match dst.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".qcow2-")
-        .tempfile_in(dir)
-        .with_context(|| format!("creating temporary file in {}", dir.display()))?;
-    let stats = write_qcow2(&input, tmp.as_file_mut(), CLUSTER_SIZE)
-        .with_context(|| format!("converting {} to qcow2 {}", src.display(), dst.display()))?;
-    tmp.as_file()
-        .sync_all()
-        .with_context(|| format!("syncing qcow2 for {}", dst.display()))?;
-    tmp.persist(dst)
-        .with_context(|| format!("renaming qcow2 into place at {}", dst.display()))?;
-    Ok(stats)
+    write_qcow2_file(&input, dst, CLUSTER_SIZE)
+        .with_context(|| format!("converting {} to qcow2 {}", src.display(), dst.display()))
 }
 
 /// Write `view` as a qcow2 image straight to `out` (created or truncated,

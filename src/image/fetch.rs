@@ -82,7 +82,9 @@ impl FetchOptions {
 
     /// The architecture to pick from manifest lists.
     pub fn arch_choice(&self) -> String {
-        self.arch.clone().unwrap_or_else(crate::release::host_arch)
+        self.arch
+            .clone()
+            .unwrap_or_else(crate::util::arch::host_arch)
     }
 
     /// The credentials file every reader gets: the resolved one, else an
@@ -164,7 +166,7 @@ impl FetchOptions {
             c.arg("--override-os")
                 .arg("linux")
                 .arg("--override-arch")
-                .arg(crate::release::oci_arch(a));
+                .arg(crate::util::arch::oci_arch(a));
         }
         c.arg("copy").arg("--quiet");
         if let Some(a) = &self.effective_authfile(scratch) {
@@ -190,6 +192,8 @@ impl FetchOptions {
         // A global option: must come before the subcommand the library appends.
         c.arg("--tmpdir").arg(scratch);
         // Bind skopeo's life to ours, as containers-image-proxy does by default.
+        // SAFETY: the closure runs between fork and exec and only calls
+        // prctl(2), which is async-signal-safe.
         unsafe {
             use std::os::unix::process::CommandExt;
             c.pre_exec(|| {
@@ -278,7 +282,7 @@ impl Image {
 
     /// The CoreOS architecture name of the image (`x86_64`, `aarch64`, ...).
     pub fn coreos_arch(&self) -> String {
-        crate::release::coreos_arch(&self.config.architecture().to_string())
+        crate::util::arch::coreos_arch(&self.config.architecture().to_string())
     }
 }
 

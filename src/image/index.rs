@@ -45,7 +45,7 @@ fn is_index(media_type: Option<&str>, doc: &Value) -> bool {
 
 /// Pick the entry of `index` for the CoreOS arch `arch` (linux only).
 pub fn choose(index: &Value, index_digest: &str, arch: &str, what: &str) -> Result<Chosen> {
-    let want = crate::release::oci_arch(arch);
+    let want = crate::util::arch::oci_arch(arch);
     let entries = index
         .get("manifests")
         .and_then(|m| m.as_array())

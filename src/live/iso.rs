@@ -495,7 +495,7 @@ mod tests {
         assert_eq!(volid.len(), 32);
         let stub = efiboot_stub_cfg(&volid, "vendor");
         let size = efiboot_size(&efi, stub.len() as u64).unwrap();
-        crate::disk::esp::build_esp_file(
+        crate::fs::fat::build_esp_file(
             &p("efiboot.img"),
             size,
             512,

@@ -5,17 +5,17 @@
 //! (what it reads: `coreos/igninfo.json`, `coreos/kargs.json`, the embed
 //! areas); the code here is our own.
 //!
-//! - [`cpio`]: our newc writer (the rootfs image and the appended initramfs).
+//! - [`crate::fs::cpio`]: our newc writer (the rootfs image and the appended initramfs).
 //! - [`iso`]: the ISO tree and xorriso (El Torito BIOS + EFI, hybrid MBR/GPT).
 //! - here: volume id, kernel arguments, initramfs checks, boot menu
 //!   templates and their karg embed areas, the squashfs.
-pub mod cpio;
 pub mod erofs;
 pub mod iso;
 pub mod miniso;
 pub mod osmet;
 pub mod xzblocks;
 
+use crate::fs::cpio;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::io::Read;

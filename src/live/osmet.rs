@@ -27,7 +27,7 @@
 //! its object (so a stale map can never give a wrong osmet) and hashes the
 //! whole image on the way.
 use crate::io::view::DiskView;
-use crate::meta::sha256_file;
+use crate::publish::meta::sha256_file;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -483,12 +483,9 @@ pub fn pack(
     let regions = regions(size, parts)?;
     let head = header.encode();
     let (table, sum_at) = encode_table(parts, size)?;
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
-    let tmp = tempfile::Builder::new()
-        .prefix(".osmet.")
-        .tempfile_in(dir.unwrap_or(Path::new(".")))
+    let tmp = crate::publish::staged::Staged::new(out)
         .with_context(|| format!("creating a temporary file for {}", out.display()))?;
-    let mut f = tmp.as_file();
+    let mut f = tmp.file();
     f.write_all(&head)?;
     f.write_all(&table)?;
     let mut xz = super::xzblocks::XzBlocks::new(std::io::BufWriter::with_capacity(1 << 20, f));
@@ -590,8 +587,7 @@ pub fn pack(
     f.write_all(&sum)?;
     f.sync_all()?;
     st.file_size = f.metadata()?.len();
-    tmp.persist_noclobber(out)
-        .map_err(|e| e.error)
+    tmp.commit_noclobber()
         .with_context(|| format!("publishing {}", out.display()))?;
     st.seconds = started.elapsed().as_secs_f64();
     Ok(st)

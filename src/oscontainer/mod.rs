@@ -2,11 +2,12 @@
 //! cache repo (ostree-native through ostree-ext; legacy machine-os-content by
 //! a verified local pull from `/srv/repo`), and read what the OS says about
 //! itself (version, kernel, osname, bootimage configuration).
+pub mod config;
 pub mod repo;
 
 use crate::image::fetch::{Fetcher, Image};
 use crate::image::layers;
-use crate::osconfig::{self, OsBootConfig};
+use crate::oscontainer::config::{self as osconfig, OsBootConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use repo::Repo;
 use serde::{Deserialize, Serialize};

@@ -66,3 +66,23 @@ pub fn pause_point(point: &str) -> anyhow::Result<()> {
     }
     check()
 }
+
+/// Run an async command on a runtime, ending cleanly on SIGINT/SIGTERM: the
+/// command's future is dropped (its guards and temp dirs clean up) and the
+/// process exits 130 or 143.
+pub fn block_on<T, F: std::future::Future<Output = anyhow::Result<T>>>(
+    fut: F,
+) -> anyhow::Result<T> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = fut => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::Error::new(Interrupted(130))),
+            _ = term.recv() => Err(anyhow::Error::new(Interrupted(143))),
+        }
+    })
+}

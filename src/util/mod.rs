@@ -1,4 +1,5 @@
 //! Small shared helpers: the external command wrapper and friends.
+pub mod arch;
 pub mod cancel;
 pub mod cmd;
 pub mod container;
@@ -17,4 +18,14 @@ pub fn threads(n: usize) -> usize {
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(data))
+}
+
+/// Seconds since the epoch as cosa writes timestamps: RFC 3339 in UTC with
+/// a `Z` and no fraction (cosa `cosalib/cmdlib.py` `rfc3339_time`:
+/// `%Y-%m-%dT%H:%M:%SZ`). Out-of-range values clamp to the epoch.
+pub fn rfc3339_utc(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }

@@ -1,10 +1,19 @@
 //! Progress on stderr: indicatif bars on a terminal, one line per step
 //! otherwise, or JSON Lines (`--progress json`) for CI.
-use crate::cli::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// How progress is asked to be reported (`--progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Bars on a terminal, plain lines otherwise.
+    Auto,
+    Tty,
+    Plain,
+    Json,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {

@@ -17,7 +17,7 @@ pub fn read(p: &Path) -> Vec<u8> {
 
 /// SHA-256 of a file, streamed, in lower-case hex.
 pub fn sha256_file(p: &Path) -> String {
-    bootimage_gen::meta::sha256_file(p).unwrap().0
+    bootimage_gen::publish::meta::sha256_file(p).unwrap().0
 }
 
 /// A file of an OS commit in the fixture's ostree repo (`ostree cat`).

@@ -9,7 +9,6 @@ pub mod register;
 pub mod retry;
 pub mod snapshot;
 
-use crate::cli::AwsArgs;
 use crate::io::view::DiskView;
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
@@ -77,6 +76,15 @@ const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(30);
 pub type Tags = Vec<(String, String)>;
 
 /// Validated `--aws-*` options.
+/// `--aws-*` as given, before validation.
+#[derive(Debug, Clone, Default)]
+pub struct AwsArgs {
+    pub aws_register: bool,
+    pub aws_region: Vec<String>,
+    pub aws_endpoint_url: Option<String>,
+    pub aws_ami_name: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Regions asked for; empty: the chain's default region.
@@ -183,7 +191,7 @@ impl AmiSpec {
         version: &str,
         arch: &str,
         release: &str,
-        image: &crate::osconfig::ImageConfig,
+        image: &crate::oscontainer::config::ImageConfig,
     ) -> Result<Self> {
         let ami_name = settings
             .ami_name
@@ -640,11 +648,11 @@ mod tests {
         assert!(check_endpoint_url("ftp://x").is_err());
     }
 
-    fn image(boot: &str, vt: &str, imds: bool) -> crate::osconfig::ImageConfig {
+    fn image(boot: &str, vt: &str, imds: bool) -> crate::oscontainer::config::ImageConfig {
         let v = serde_json::json!({
             "aws-x86-boot-mode": boot, "aws-volume-type": vt, "aws-imdsv2-only": imds
         });
-        crate::osconfig::ImageConfig::from_json(Some(&v), "image.json").unwrap()
+        crate::oscontainer::config::ImageConfig::from_json(Some(&v), "image.json").unwrap()
     }
 
     #[test]

@@ -5,14 +5,14 @@
 //! a throw-away VM that runs this same binary over the same job (see
 //! `backend::vm`). Everything else (fetching, importing, encoding,
 //! compressing, describing) stays on the host and needs no privileges.
-use super::{
-    bios, bootupd, deploy, derive, esp, gpt, grubcfg,
+use crate::disk::{
+    bios, bootupd, deploy, derive, gpt, grubcfg,
     layout::{self, Layout, DISK_GUID},
     mkfs,
 };
-use crate::backend::loopback::{LoopDevice, Mount, Mounted};
+use crate::fs::fat as esp;
 use crate::live;
-use crate::plan::{PlanArtifact, PlanDisk, PlanLive};
+use crate::sys::loopback::{LoopDevice, Mount, Mounted};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -107,6 +107,35 @@ pub struct LiveStage {
     pub notes: Vec<String>,
 }
 
+/// The base disk's sizes and kernel arguments (part of the plan).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanDisk {
+    /// The OS image's architecture: it picks the partition table.
+    pub arch: String,
+    /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
+    pub content_bytes: u64,
+    pub root_size: u64,
+    /// metal / metal4k disk size: content + 35 % + the fixed partitions.
+    pub metal_size: u64,
+    /// Cloud and virtualisation disks: `image.json size` GiB (never less
+    /// than the metal size).
+    pub cloud_size: u64,
+    /// Kernel arguments of every platform, before the platform's own.
+    pub kargs: Vec<String>,
+}
+
+/// The live ISO and PXE artifacts (SPEC 5).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanLive {
+    pub volume_id: String,
+    /// Kernel arguments of the ISO menus (the default of `kargs.json`).
+    pub kargs: Vec<String>,
+    pub iso: String,
+    pub kernel: String,
+    pub initramfs: String,
+    pub rootfs: String,
+}
+
 /// What a platform changes on the boot filesystem.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootSetting {
@@ -116,14 +145,6 @@ pub struct BootSetting {
 }
 
 impl BootSetting {
-    pub fn of(art: &PlanArtifact) -> Self {
-        BootSetting {
-            platform_id: art.ignition_platform_id.clone(),
-            kargs: art.kargs.clone(),
-            grub_commands: art.grub_commands.clone(),
-        }
-    }
-
     /// Platforms with equal keys share one boot filesystem image.
     pub fn key(&self) -> String {
         let id = crate::util::sha256_hex(
@@ -232,7 +253,7 @@ impl DiskJob {
         let entries = derive::read_entries(&boot, &dep.entries)?;
         // Bootloaders, from the OS tree.
         let efi_src = tree.join(OS_EFI_DIR);
-        let vendor = esp::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
+        let vendor = crate::disk::efi::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
         let static_grub = match &self.bootupd {
             Some(_) => bootupd::StaticGrub::read(&tree)?,
             None => None,
@@ -444,7 +465,7 @@ impl DiskJob {
             Err(e) => return Err(e).with_context(|| format!("reading {}", ex.display())),
         };
 
-        let live_dir = tree.join(crate::osconfig::LIVE_DIR.trim_start_matches('/'));
+        let live_dir = tree.join(crate::oscontainer::config::LIVE_DIR.trim_start_matches('/'));
         let templates = if live_dir.is_dir() {
             live::read_templates(&live_dir, vendor).with_context(|| {
                 format!(
@@ -456,7 +477,7 @@ impl DiskJob {
             let title = &lj.title;
             r.note(&format!(
                 "live: the OS ships no menu templates ({}); using the built-in menus",
-                crate::osconfig::LIVE_DIR
+                crate::oscontainer::config::LIVE_DIR
             ));
             live::builtin_templates(vendor, title)
         };

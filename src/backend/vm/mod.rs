@@ -19,8 +19,7 @@
 //!   line every few seconds proves the VM alive; when it makes no progress
 //!   for `--vm-watchdog` seconds, it is stopped. The result (or the error
 //!   chain) comes back as `vm/result.json`.
-use super::super::cli::{VmArgs, VmJobArgs};
-use crate::disk::job::{self, DiskJob, DiskOutput};
+use crate::backend::job::{self, DiskJob, DiskOutput};
 use crate::util::{cancel, cmd, progress::Reporter};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -402,19 +401,30 @@ enum Outcome {
     Error(Vec<String>),
 }
 
-/// Inside the VM: run the job, write the outcome.
-pub fn job_main(a: VmJobArgs) -> Result<()> {
-    let outcome = match job::read(&a.job).and_then(|j| {
-        let r = Reporter::new(crate::cli::Progress::Plain);
+/// The VM of the kvm and nokvm backends (`--vm-*`).
+#[derive(Debug, Clone)]
+pub struct VmArgs {
+    /// Memory, in MiB.
+    pub vm_memory: u32,
+    /// CPUs (default: this host's, at most 4).
+    pub vm_cpus: Option<u32>,
+    /// Seconds without a sign of life before the VM is stopped.
+    pub vm_watchdog: u64,
+}
+
+/// Inside the VM: run the job file `job`, write the outcome to `result`.
+pub fn job_main(job_file: &Path, result: &Path) -> Result<()> {
+    let outcome = match job::read(job_file).and_then(|j| {
+        let r = Reporter::new(crate::util::progress::Progress::Plain);
         j.run(&r)
     }) {
         Ok(o) => Outcome::Ok(Box::new(o)),
         Err(e) => Outcome::Error(e.chain().map(|c| c.to_string()).collect()),
     };
     let bytes = serde_json::to_vec(&outcome)?;
-    let dir = a.result.parent().context("result path")?;
-    let name = a.result.file_name().context("result path")?;
-    crate::meta::write_atomic(dir, &name.to_string_lossy(), &bytes)
+    let dir = result.parent().context("result path")?;
+    let name = result.file_name().context("result path")?;
+    crate::publish::meta::write_atomic(dir, &name.to_string_lossy(), &bytes)
 }
 
 /// Kills and reaps the VM when dropped.

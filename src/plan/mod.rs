@@ -1,5 +1,14 @@
-//! The validated build plan: everything `generate` will do, decided before
-//! the first side effect, and printed by `--dry-run`.
+//! The build plan, in two types: [`DryPlan`], decided before the first side
+//! effect (before the OS is imported: sizes and the live kernel arguments
+//! may be unknown) and printed by `--dry-run`; [`Plan`], everything the job
+//! needs, with nothing left to be known later. Also: [`settings`] (flags ->
+//! validated settings), [`preflight`] checks, [`input`] (release, OS).
+pub mod input;
+pub mod preflight;
+pub mod settings;
+
+use crate::backend::job::BootSetting;
+pub use crate::backend::job::{PlanDisk, PlanLive};
 use crate::backend::Chosen;
 use crate::disk::layout::{Layout, MIB};
 use crate::io::compress::Compressor;
@@ -15,8 +24,9 @@ pub const ROOT_HEADROOM_PERCENT: u64 = 35;
 /// Smallest root partition: mkfs.xfs refuses filesystems under 300 MB.
 pub const MIN_ROOT: u64 = 512 * MIB;
 
+/// The plan before the OS is imported (`--dry-run` prints it).
 #[derive(Debug, Clone, Serialize)]
-pub struct Plan {
+pub struct DryPlan {
     pub schema: &'static str,
     pub release: PlanRelease,
     pub os: PlanOs,
@@ -31,7 +41,73 @@ pub struct Plan {
     pub output_dir: PathBuf,
     /// Known once the OS is imported.
     pub disk: Option<PlanDisk>,
-    pub artifacts: Vec<PlanArtifact>,
+    pub artifacts: Vec<PlanArtifact<Option<u64>>>,
+}
+
+/// The executable plan: the dry plan once the OS is imported, with the
+/// commit, kernel, disk sizes and every artifact's disk size known.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub release: PlanRelease,
+    pub os: ImportedOs,
+    pub name: String,
+    pub version: String,
+    pub backend: Chosen,
+    pub compressor: Compressor,
+    pub compression_level: u32,
+    pub compressor_source: String,
+    pub output_dir: PathBuf,
+    pub disk: PlanDisk,
+    pub artifacts: Vec<PlanArtifact<u64>>,
+}
+
+/// The OS image, imported.
+#[derive(Debug, Clone)]
+pub struct ImportedOs {
+    pub tag: String,
+    pub pullspec: String,
+    pub source: String,
+    pub digest: String,
+    pub format: String,
+    pub commit: String,
+    pub kernel: String,
+}
+
+impl Plan {
+    /// The executable plan from a dry plan made with the imported OS.
+    pub fn executable(d: DryPlan) -> Result<Plan> {
+        let not_yet = || anyhow::anyhow!("the plan was made before the OS was imported");
+        let disk = d.disk.ok_or_else(not_yet)?;
+        let artifacts = d
+            .artifacts
+            .into_iter()
+            .map(|a| {
+                let size = a.disk_size.ok_or_else(not_yet)?;
+                Ok(a.with_disk_size(size))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Plan {
+            release: d.release,
+            os: ImportedOs {
+                tag: d.os.tag,
+                pullspec: d.os.pullspec,
+                source: d.os.source,
+                digest: d.os.digest,
+                format: d.os.format,
+                commit: d.os.commit.ok_or_else(not_yet)?,
+                kernel: d.os.kernel.ok_or_else(not_yet)?,
+            },
+            name: d.name,
+            version: d.version,
+            backend: d.backend,
+            compressor: d.compressor,
+            compression_level: d.compression_level,
+            compressor_source: d.compressor_source,
+            output_dir: d.output_dir,
+            disk,
+            artifacts,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,24 +130,10 @@ pub struct PlanOs {
     pub kernel: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct PlanDisk {
-    /// The OS image's architecture: it picks the partition table.
-    pub arch: String,
-    /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
-    pub content_bytes: u64,
-    pub root_size: u64,
-    /// metal / metal4k disk size: content + 35 % + the fixed partitions.
-    pub metal_size: u64,
-    /// Cloud and virtualisation disks: `image.json size` GiB (never less
-    /// than the metal size).
-    pub cloud_size: u64,
-    /// Kernel arguments of every platform, before the platform's own.
-    pub kargs: Vec<String>,
-}
-
+/// One artifact of the plan; `S` is its disk size: `Option<u64>` in the
+/// dry plan (unknown before import), `u64` in the executable one.
 #[derive(Debug, Clone, Serialize)]
-pub struct PlanArtifact {
+pub struct PlanArtifact<S = u64> {
     /// The platform's row of the table.
     #[serde(skip)]
     pub spec: &'static PlatformSpec,
@@ -87,7 +149,7 @@ pub struct PlanArtifact {
     pub stream_format: String,
     pub sector_size: u64,
     pub bios: bool,
-    pub disk_size: Option<u64>,
+    pub disk_size: S,
     /// The platform's own kernel arguments (after `ignition.platform.id`).
     pub kargs: Vec<String>,
     pub grub_commands: Vec<String>,
@@ -99,16 +161,36 @@ pub struct PlanArtifact {
     pub live: Option<PlanLive>,
 }
 
-/// The live ISO and PXE artifacts (SPEC 5).
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct PlanLive {
-    pub volume_id: String,
-    /// Kernel arguments of the ISO menus (the default of `kargs.json`).
-    pub kargs: Vec<String>,
-    pub iso: String,
-    pub kernel: String,
-    pub initramfs: String,
-    pub rootfs: String,
+impl<S> PlanArtifact<S> {
+    fn with_disk_size<T>(self, disk_size: T) -> PlanArtifact<T> {
+        PlanArtifact {
+            spec: self.spec,
+            platform: self.platform,
+            ignition_platform_id: self.ignition_platform_id,
+            meta_key: self.meta_key,
+            file: self.file,
+            format: self.format,
+            stream_platform: self.stream_platform,
+            stream_format: self.stream_format,
+            sector_size: self.sector_size,
+            bios: self.bios,
+            disk_size,
+            kargs: self.kargs,
+            grub_commands: self.grub_commands,
+            console_source: self.console_source,
+            compressed: self.compressed,
+            live: self.live,
+        }
+    }
+
+    /// What this platform changes on the boot filesystem.
+    pub fn boot_setting(&self) -> BootSetting {
+        BootSetting {
+            platform_id: self.ignition_platform_id.clone(),
+            kargs: self.kargs.clone(),
+            grub_commands: self.grub_commands.clone(),
+        }
+    }
 }
 
 /// Live artifact names (cosa): `<name>-<version>-live-iso.<arch>.iso`,
@@ -190,8 +272,8 @@ pub struct PlanInput<'a> {
     pub output_dir: PathBuf,
 }
 
-impl Plan {
-    pub fn build(i: PlanInput) -> Result<Plan> {
+impl DryPlan {
+    pub fn build(i: PlanInput) -> Result<DryPlan> {
         let r = i.resolved;
         let arch = r.arch.clone();
         let name = match i.os {
@@ -289,7 +371,7 @@ impl Plan {
                 live,
             });
         }
-        Ok(Plan {
+        Ok(DryPlan {
             schema: "bootimage-gen/plan/v1",
             release: PlanRelease {
                 reference: r.release_ref.clone(),

@@ -26,8 +26,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
-/// Name of the removable-media directory under `EFI/` (UEFI spec 3.5.1.1).
-const EFI_BOOT_DIR: &str = "BOOT";
 /// Cluster-count limits that define the FAT type (FAT spec section 3.5).
 const FAT12_MAX_CLUSTERS: u64 = 4084;
 const FAT16_MAX_CLUSTERS: u64 = 65524;
@@ -58,45 +56,6 @@ const ATTR_LONG_NAME: u8 = 0x0F;
 const SFN_SPECIAL: &[u8] = b"$%'-_@~`!(){}^#&";
 /// Characters a long name may not hold.
 const LFN_FORBIDDEN: &str = "\"*/:<>?\\|";
-
-/// The vendor directory under the OS's `EFI/` tree: the one directory other
-/// than `BOOT` that holds a `grub*.efi` (RHCOS `redhat`, FCOS `fedora`).
-pub fn vendor_dir(efi_src: &Path) -> Result<String> {
-    let rd = std::fs::read_dir(efi_src)
-        .with_context(|| format!("reading the OS's EFI directory {}", efi_src.display()))?;
-    let mut found = Vec::new();
-    for ent in rd {
-        let ent = ent.with_context(|| format!("reading {}", efi_src.display()))?;
-        let name = ent.file_name().to_string_lossy().into_owned();
-        if name.eq_ignore_ascii_case(EFI_BOOT_DIR) || !ent.file_type()?.is_dir() {
-            continue;
-        }
-        let has_grub = std::fs::read_dir(ent.path())
-            .with_context(|| format!("reading {}", ent.path().display()))?
-            .filter_map(|e| e.ok())
-            .any(|e| {
-                let n = e.file_name().to_string_lossy().to_ascii_lowercase();
-                n.starts_with("grub") && n.ends_with(".efi") && e.path().is_file()
-            });
-        if has_grub {
-            found.push(name);
-        }
-    }
-    found.sort();
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => bail!(
-            "no vendor directory with a grub*.efi under {} (expected e.g. EFI/redhat/grubx64.efi); \
-             UEFI boot needs the OS's GRUB",
-            efi_src.display()
-        ),
-        _ => bail!(
-            "more than one vendor directory with a grub*.efi under {}: {}; cannot tell which is the OS's",
-            efi_src.display(),
-            found.join(", ")
-        ),
-    }
-}
 
 // ---- the content tree -------------------------------------------------------
 
@@ -959,7 +918,7 @@ pub fn build_esp_file(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::layout::MIB;
+    const MIB: u64 = 1 << 20;
     use std::process::Command;
 
     const VOLID: u32 = 0x7B77_95E7;
@@ -1015,30 +974,6 @@ mod tests {
             std::fs::write(full, data).unwrap();
         }
         (d, files)
-    }
-
-    #[test]
-    fn vendor_dir_finds_the_one_grub_dir() {
-        let (d, _) = efi_tree("redhat");
-        assert_eq!(vendor_dir(d.path()).unwrap(), "redhat");
-        // BOOT is never the vendor, even with a grub in it.
-        std::fs::write(d.path().join("BOOT/grubx64.efi"), b"x").unwrap();
-        assert_eq!(vendor_dir(d.path()).unwrap(), "redhat");
-        // A directory without grub*.efi does not count.
-        std::fs::create_dir(d.path().join("other")).unwrap();
-        std::fs::write(d.path().join("other/foo.efi"), b"x").unwrap();
-        assert_eq!(vendor_dir(d.path()).unwrap(), "redhat");
-        // Two candidates are ambiguous.
-        std::fs::create_dir(d.path().join("testos")).unwrap();
-        std::fs::write(d.path().join("testos/grubx64.efi"), b"x").unwrap();
-        let e = format!("{:#}", vendor_dir(d.path()).unwrap_err());
-        assert!(e.contains("redhat, testos"), "{e}");
-        // None at all.
-        let empty = tempfile::tempdir().unwrap();
-        std::fs::create_dir(empty.path().join("BOOT")).unwrap();
-        let e = format!("{:#}", vendor_dir(empty.path()).unwrap_err());
-        assert!(e.contains("no vendor directory"), "{e}");
-        assert!(vendor_dir(&empty.path().join("missing")).is_err());
     }
 
     #[test]
@@ -1343,88 +1278,5 @@ mod tests {
         std::fs::write(src.path().join("big.bin"), vec![1u8; 5 << 20]).unwrap();
         let e = build_esp_file(&p, 4 * MIB, 512, VOLID, "EFI", src.path(), &[]).unwrap_err();
         assert!(format!("{e:#}").contains("ESP is full"), "{e:#}");
-    }
-
-    /// Boots a disk with OVMF under TCG, with 512- and 4096-byte logical
-    /// sectors: the firmware reads our FAT, starts the vendor GRUB (built
-    /// here with grub-mkimage, prefix /EFI/<vendor>), which reads the stub
-    /// grub.cfg from `efi_stub_cfg`, finds the boot filesystem and boots the
-    /// test kernel from the boot grub.cfg. Needs root, qemu and OVMF.
-    #[test]
-    fn ovmf_boots_grub_from_the_esp() {
-        use crate::disk::bios::tests::{boot_and_check, gpt_disk, write_boot_fs};
-        use crate::disk::grubcfg::efi_stub_cfg;
-        let ovmf = "/usr/share/qemu/OVMF.fd";
-        let efi_mods = "/usr/lib/grub/x86_64-efi";
-        assert!(Path::new(ovmf).is_file() && Path::new(efi_mods).is_dir());
-        let vendor = "vendorx";
-        let src = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(src.path().join("BOOT")).unwrap();
-        std::fs::create_dir_all(src.path().join(vendor)).unwrap();
-        let grub_efi = src.path().join(vendor).join("grubx64.efi");
-        let mut c = crate::util::cmd::new(
-            "grub-mkimage",
-            [
-                "-O",
-                "x86_64-efi",
-                "-d",
-                efi_mods,
-                "-p",
-                &format!("/EFI/{vendor}"),
-                "-o",
-            ],
-        );
-        c.arg(&grub_efi).args([
-            "part_gpt",
-            "fat",
-            "ext2",
-            "normal",
-            "linux",
-            "search",
-            "search_label",
-            "configfile",
-            "echo",
-            "test",
-            "serial",
-            "terminal",
-            "all_video",
-            "efi_gop",
-            "gzio",
-            "halt",
-            "reboot",
-        ]);
-        crate::util::cmd::run(&mut c).unwrap();
-        std::fs::copy(&grub_efi, src.path().join("BOOT/BOOTX64.EFI")).unwrap();
-        assert_eq!(vendor_dir(src.path()).unwrap(), vendor);
-        for ss in [512u64, 4096] {
-            let (f, l) = gpt_disk(1 << 30, ss);
-            let esp = l.part("EFI-SYSTEM");
-            let extra = vec![(
-                format!("EFI/{vendor}/grub.cfg"),
-                efi_stub_cfg().into_bytes(),
-            )];
-            build_esp(
-                f.as_file(),
-                esp.start,
-                esp.size,
-                ss as u16,
-                VOLID,
-                "EFI-SYSTEM",
-                src.path(),
-                &extra,
-            )
-            .unwrap();
-            let hello = format!("UEFI-GRUB-CONSOLE-OK-{ss}");
-            let bs = if ss == 4096 {
-                vec!["-b", "4096"]
-            } else {
-                vec![]
-            };
-            write_boot_fs(f.path(), &l, &bs, &hello);
-            let drive = format!("if=none,id=d0,format=raw,file={}", f.path().display());
-            let dev =
-                format!("virtio-blk-pci,drive=d0,logical_block_size={ss},physical_block_size={ss}");
-            boot_and_check(&["-bios", ovmf, "-drive", &drive, "-device", &dev], &hello);
-        }
     }
 }

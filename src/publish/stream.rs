@@ -23,7 +23,7 @@
 //! `4k.raw.gz` (metal4k lives under `metal`), `iso`, and `pxe` holding
 //! `kernel`, `initramfs` and `rootfs`.
 use crate::io::compress::Compressor;
-use crate::meta::{rfc3339_utc, ImageEntry, Meta};
+use crate::publish::meta::{rfc3339_utc, ImageEntry, Meta};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -269,7 +269,7 @@ fn artifact(entry: &ImageEntry, base_url: Option<&str>) -> Artifact {
 pub fn write_stream(dir: &Path, stream: &Stream) -> Result<()> {
     let mut data = serde_json::to_vec_pretty(stream).context("serialising stream.json")?;
     data.push(b'\n');
-    crate::meta::write_atomic(dir, STREAM_JSON, &data)
+    crate::publish::meta::write_atomic(dir, STREAM_JSON, &data)
 }
 
 /// Reads `dir/stream.json`.
@@ -282,8 +282,8 @@ pub fn read_stream(dir: &Path) -> Result<Stream> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::Ami;
     use crate::platforms::meta_keys;
+    use crate::publish::meta::Ami;
 
     const V: &str = "418.94.202501221327-0";
 

@@ -26,8 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -514,15 +513,7 @@ fn fill<T>(slot: &mut Option<T>, old: Option<T>) {
     }
 }
 
-/// Seconds since the epoch as cosa writes timestamps: RFC 3339 in UTC with
-/// a `Z` and no fraction (cosa `cosalib/cmdlib.py` `rfc3339_time`:
-/// `%Y-%m-%dT%H:%M:%SZ`). Out-of-range values clamp to the epoch.
-pub fn rfc3339_utc(secs: i64) -> String {
-    chrono::DateTime::from_timestamp(secs, 0)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
+pub use crate::util::rfc3339_utc;
 
 /// Streams a file through SHA-256: `(lower-case hex, size in bytes)`.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
@@ -639,33 +630,9 @@ pub fn write_sha256sums(dir: &Path, files: &[(String, String)]) -> Result<()> {
     write_atomic(dir, SHA256SUMS, out.as_bytes())
 }
 
-/// Write `dir/name` atomically: temporary file, fsync, mode 0644, rename,
-/// fsync of the directory.
+/// Write `dir/name` atomically (the staged path of [`super::staged`]).
 pub(crate) fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
-    let dest = dir.join(name);
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    {
-        let mut w = BufWriter::new(tmp.as_file());
-        w.write_all(data)
-            .and_then(|_| w.flush())
-            .with_context(|| format!("writing {}", tmp.path().display()))?;
-    }
-    let f = tmp.as_file();
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .with_context(|| format!("chmod {}", tmp.path().display()))?;
-    f.sync_all()
-        .with_context(|| format!("fsync {}", tmp.path().display()))?;
-    tmp.persist(&dest)
-        .map_err(|e| e.error)
-        .with_context(|| format!("renaming into {}", dest.display()))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("fsync {}", dir.display()))?;
-    Ok(())
+    super::staged::write_file(dir, name, data)
 }
 
 fn is_sha256_hex(s: &str) -> bool {
@@ -814,6 +781,7 @@ mod tests {
         let back = read_meta(d.path()).unwrap().unwrap();
         assert_eq!(back, m);
         assert_eq!(back.extra["coreos-assembler.image-genver"], 0);
+        use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(d.path().join(META_JSON))
             .unwrap()
             .permissions()

@@ -1,6 +1,5 @@
 //! Turning the input options shared by `inspect` and `generate` into a
 //! resolved release, OS image and (optionally) imported commit.
-use crate::cli::InputArgs;
 use crate::image::fetch::{FetchOptions, Fetcher};
 use crate::image::idms::Mirrors;
 use crate::image::imageref::ImageRef;
@@ -10,35 +9,13 @@ use crate::util::ui;
 use anyhow::Result;
 use std::time::Instant;
 
-/// Validated input settings.
+/// Validated input settings (the CLI builds them: `commands::input_settings`).
 pub struct Input {
     pub release: ImageRef,
     pub fetch: FetchOptions,
     pub mirrors: Option<Mirrors>,
     pub os_stream: Option<String>,
     pub cache_dir: std::path::PathBuf,
-}
-
-impl Input {
-    /// Validate the options before any side effect.
-    pub fn from_args(a: &InputArgs) -> Result<Self> {
-        let release = ImageRef::parse(&a.release)?;
-        let mut fetch =
-            FetchOptions::resolve(a.registry_config.clone(), a.insecure, a.cert_dir.clone())?;
-        fetch.arch = a
-            .arch
-            .as_deref()
-            .map(crate::release::parse_arch)
-            .transpose()?;
-        let mirrors = a.idms_file.as_deref().map(Mirrors::from_file).transpose()?;
-        Ok(Input {
-            release,
-            fetch,
-            mirrors,
-            os_stream: a.os_stream.clone(),
-            cache_dir: a.cache_dir.clone().unwrap_or_else(Cache::default_dir),
-        })
-    }
 }
 
 /// The outcome of resolving (and maybe importing).

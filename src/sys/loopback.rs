@@ -1,13 +1,16 @@
-//! The loopback backend's guards: one type per privileged resource (loop
-//! device, mount). Each is released explicitly with `close()` (errors
-//! reported) in reverse order of creation, and by a best-effort `Drop` when
-//! an error or a signal unwinds the run.
+//! Loop device and mount guards (the loopback backend's privileged
+//! resources). Each is released explicitly with `close()` (errors reported)
+//! in reverse order of creation, and by a best-effort `Drop` when an error or
+//! a signal unwinds the run. A failed `close()` keeps the resource in the
+//! guard: it is released by `Drop` (retried; lazily for a mount) instead of
+//! being forgotten.
 use crate::util::cmd;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// A loop device over a byte range of an image file.
 #[derive(Debug)]
+#[must_use = "a loop device stays attached until closed or dropped"]
 pub struct LoopDevice {
     dev: Option<PathBuf>,
 }
@@ -86,12 +89,19 @@ impl LoopDevice {
         );
     }
 
-    /// Detach, reporting errors.
+    /// Detach, reporting errors. On error the device stays in the guard
+    /// (and `Drop` tries again).
     pub fn close(mut self) -> Result<()> {
-        match self.dev.take() {
-            Some(d) => Self::detach(&d),
-            None => Ok(()),
+        self.release()
+    }
+
+    /// Detach; the guard lets go of the device only once it is detached.
+    pub fn release(&mut self) -> Result<()> {
+        if let Some(d) = &self.dev {
+            Self::detach(d)?;
+            self.dev = None;
         }
+        Ok(())
     }
 }
 
@@ -108,6 +118,7 @@ impl Drop for LoopDevice {
 
 /// A mounted filesystem.
 #[derive(Debug)]
+#[must_use = "a mount stays until closed or dropped"]
 pub struct Mount {
     target: Option<PathBuf>,
 }
@@ -132,16 +143,25 @@ impl Mount {
         self.target.as_deref().expect("mounted")
     }
 
-    /// Unmount, reporting errors.
+    /// Unmount, reporting errors. On error the mount stays in the guard
+    /// (and `Drop` unmounts it, lazily as a last resort).
     pub fn close(mut self) -> Result<()> {
-        match self.target.take() {
-            Some(t) => {
-                cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
-                    .with_context(|| format!("unmounting {}", t.display()))?;
-                Ok(())
-            }
-            None => Ok(()),
+        self.release()
+    }
+
+    /// Unmount; the guard lets go of the mount only once it is unmounted.
+    pub fn release(&mut self) -> Result<()> {
+        if let Some(t) = &self.target {
+            cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
+                .with_context(|| format!("unmounting {}", t.display()))?;
+            self.target = None;
         }
+        Ok(())
+    }
+
+    /// Whether the guard still holds its mount.
+    pub fn is_held(&self) -> bool {
+        self.target.is_some()
     }
 }
 
@@ -165,6 +185,7 @@ impl Drop for Mount {
 }
 
 /// A loop device with its filesystem mounted: closed as mount, then device.
+#[must_use = "the mount and its loop device stay until closed or dropped"]
 pub struct Mounted {
     mount: Option<Mount>,
     dev: Option<LoopDevice>,
@@ -181,12 +202,15 @@ impl Mounted {
     pub fn path(&self) -> &Path {
         self.mount.as_ref().expect("mounted").path()
     }
+    /// Unmount, then detach. On error what is left stays in the guard.
     pub fn close(mut self) -> Result<()> {
-        if let Some(m) = self.mount.take() {
-            m.close()?;
+        if let Some(m) = self.mount.as_mut() {
+            m.release()?;
+            self.mount = None;
         }
-        if let Some(d) = self.dev.take() {
-            d.close()?;
+        if let Some(d) = self.dev.as_mut() {
+            d.release()?;
+            self.dev = None;
         }
         Ok(())
     }
@@ -197,5 +221,24 @@ impl Drop for Mounted {
         // Fields would drop in declaration order anyway; be explicit.
         drop(self.mount.take());
         drop(self.dev.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed unmount (here: a directory nothing is mounted on, which
+    /// `umount` refuses as root or not) leaves the mount in the guard.
+    #[test]
+    fn failed_close_keeps_the_mount() {
+        let d = tempfile::tempdir().unwrap();
+        let mut m = Mount {
+            target: Some(d.path().to_path_buf()),
+        };
+        let e = m.release().unwrap_err();
+        assert!(format!("{e:#}").contains("unmounting"), "{e:#}");
+        assert!(m.is_held(), "a failed close must keep the guard");
+        // Drop's best effort runs too (and fails quietly).
     }
 }

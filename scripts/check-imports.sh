@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# check-imports.sh: the module-level import graph of src/ (ARCHITECTURE.md
+# "Target layout"): its cycles between top-level modules, its upward imports
+# (a lower module naming a higher one through `crate::` or `super::`), and
+# every `unsafe` without a `// SAFETY:` comment on it or on the 3 lines above.
+#
+#   scripts/check-imports.sh        # summary + the offending edges
+#   scripts/check-imports.sh -v     # ... plus the whole edge list
+#
+# Exit status: 0 when there are no cycles, no upward imports and no
+# undocumented unsafe; 1 otherwise. Plain grep/awk, no toolchain needed.
+#
+# A reference is any `crate::NAME` or `super::...::NAME` outside a `//`
+# comment line, in a `use` or inline. `super::` is resolved from the file's
+# place (src/a/b.rs is module a::b); a `super::` inside an inline `mod`
+# (tests) is resolved one level too high, which only matters when it lands
+# on a name that is also a top-level module. src/main.rs and src/bin/ are
+# the binaries above everything and are not checked.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+verbose=0
+[ "${1:-}" = "-v" ] && verbose=1
+
+# Levels, highest first: a module may import its own level (without making a
+# cycle) and every lower level.
+levels='
+cli 5
+commands 6
+plan 4
+pipeline 4
+release 3
+image 3
+oscontainer 3
+osconfig 3
+platforms 3
+backend 3
+disk 3
+live 3
+formats 3
+publish 3
+aws 3
+meta 3
+stream 3
+fs 2
+io 2
+sys 2
+util 2
+'
+
+find src -name '*.rs' ! -path 'src/bin/*' ! -path 'src/main.rs' | LC_ALL=C sort |
+    xargs awk -v verbose="$verbose" -v levels="$levels" '
+function modpath(file,    p, n, i, out) {
+    # src/a/b/c.rs -> a b c ; src/a/mod.rs -> a ; src/a.rs -> a ; src/lib.rs -> (crate)
+    p = file
+    sub(/^src\//, "", p)
+    sub(/\.rs$/, "", p)
+    sub(/\/mod$/, "", p)
+    if (p == "lib") return ""
+    return p
+}
+BEGIN {
+    nl = split(levels, L, "\n")
+    for (i = 1; i <= nl; i++) {
+        if (L[i] == "") continue
+        split(L[i], kv, " ")
+        level[kv[1]] = kv[2]
+        known[kv[1]] = 1
+    }
+}
+FNR == 1 {
+    mp = modpath(FILENAME)
+    depth = (mp == "") ? 0 : split(mp, comp, "/")
+    top = (depth == 0) ? "" : comp[1]
+    if (top != "" && !(top in known) && !(top in warned)) {
+        warned[top] = 1
+        unknown = unknown "  " top " (" FILENAME ")\n"
+    }
+    prev1 = prev2 = prev3 = ""
+}
+{
+    raw = $0
+    code = raw
+    is_comment = (code ~ /^[[:space:]]*\/\//)
+    # unsafe without SAFETY: look at this line and the three before it.
+    if (!is_comment) {
+        s = code
+        gsub(/"([^"\\]|\\.)*"/, "\"\"", s)   # drop string literals
+        sub(/\/\/.*/, "", s)                  # and trailing comments
+        if (s ~ /(^|[^A-Za-z0-9_])unsafe([^A-Za-z0-9_]|$)/ &&
+            (raw prev1 prev2 prev3) !~ /SAFETY:/ &&
+            s !~ /unsafe[[:space:]]+fn/) {
+            nunsafe++
+            unsafe_list = unsafe_list "  " FILENAME ":" FNR ": " raw "\n"
+        }
+    }
+    prev3 = prev2; prev2 = prev1; prev1 = raw
+    if (is_comment || top == "") next
+    s = code
+    while (match(s, /(crate|super)(::(super))*::[A-Za-z_][A-Za-z0-9_]*/)) {
+        ref = substr(s, RSTART, RLENGTH)
+        s = substr(s, RSTART + RLENGTH)
+        n = split(ref, part, "::")
+        target = ""
+        if (part[1] == "crate") {
+            target = part[2]
+        } else {
+            ups = n - 1                        # number of super segments
+            if (ups >= depth) target = part[n] # climbed to the crate root
+        }
+        if (target == "" || target == top || !(target in known)) continue
+        e = top SUBSEP target
+        if (!(e in edge)) { edge[e] = FILENAME ":" FNR; nedges++ }
+        refs[e]++
+        nodes[top] = 1; nodes[target] = 1
+    }
+}
+END {
+    if (unknown != "") printf "modules without a level (add them to the table):\n%s", unknown
+    # Transitive closure (the graph is ~25 nodes).
+    for (e in edge) { split(e, p, SUBSEP); reach[p[1], p[2]] = 1 }
+    for (k in nodes) for (i in nodes) if ((i, k) in reach) for (j in nodes) if ((k, j) in reach) reach[i, j] = 1
+    # Strongly connected components with more than one member are the cycles.
+    ncyc = 0
+    for (i in nodes) {
+        if (i in done) continue
+        members = i; m = 1
+        for (j in nodes) if (j != i && ((i, j) in reach) && ((j, i) in reach)) { members = members " " j; m++; done[j] = 1 }
+        done[i] = 1
+        if (m > 1) {
+            ncyc++
+            nm = split(members, mem, " ")
+            # sort members for a stable output
+            for (a = 1; a <= nm; a++) for (b = a + 1; b <= nm; b++) if (mem[b] < mem[a]) { t = mem[a]; mem[a] = mem[b]; mem[b] = t }
+            line = mem[1]; for (a = 2; a <= nm; a++) line = line ", " mem[a]
+            cyc[ncyc] = "  cycle " ncyc ": {" line "}\n"
+            for (a = 1; a <= nm; a++) for (b = 1; b <= nm; b++)
+                if ((mem[a], mem[b]) in edge)
+                    cyc[ncyc] = cyc[ncyc] sprintf("    %s -> %s (%d refs, e.g. %s)\n", mem[a], mem[b], refs[mem[a], mem[b]], edge[mem[a], mem[b]])
+        }
+    }
+    # Upward imports.
+    nup = 0; nupref = 0
+    for (e in edge) {
+        split(e, p, SUBSEP)
+        if (level[p[2]] > level[p[1]]) {
+            nup++; nupref += refs[e]
+            up[nup] = sprintf("  %s (%d) -> %s (%d): %d refs, e.g. %s", p[1], level[p[1]], p[2], level[p[2]], refs[e], edge[e])
+        }
+    }
+    printf "modules: %d, edges: %d\n", length(nodes), nedges
+    if (verbose) {
+        printf "edges (from -> to: refs, first at):\n"
+        cmd = "LC_ALL=C sort"
+        for (e in edge) { split(e, p, SUBSEP); printf "  %s -> %s: %d, %s\n", p[1], p[2], refs[e], edge[e] | cmd }
+        close(cmd)
+    }
+    printf "cycles: %d\n", ncyc
+    for (c = 1; c <= ncyc; c++) printf "%s", cyc[c]
+    printf "upward imports: %d edges (%d refs)\n", nup, nupref
+    cmd = "LC_ALL=C sort"
+    for (u = 1; u <= nup; u++) print up[u] | cmd
+    close(cmd)
+    printf "unsafe without SAFETY: %d\n", nunsafe
+    printf "%s", unsafe_list
+    exit (ncyc + nup + nunsafe > 0) ? 1 : 0
+}'
