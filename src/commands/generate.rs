@@ -41,6 +41,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         check_base_url(u)?;
     }
     check_output_dir(&a.output)?;
+    // Two runs into one output directory: the second refuses at once.
+    let _out_lock = crate::util::lock::DirLock::output(&a.output)?;
     let chosen = backend::choose(a.backend)?;
     // Region and credentials from the AWS chain, before anything is built.
     let aws = aws_settings

@@ -153,6 +153,17 @@ pub async fn import(
     if let Some(rec) = cache.lookup(&img.digest) {
         return Ok((rec, true));
     }
+    // One import per digest at a time; a run that waited finds the other's.
+    let _lock = crate::util::lock::Lock::wait(
+        &cache
+            .dir
+            .join("locks")
+            .join(format!("os-{}.lock", img.digest.replace(':', "-"))),
+        &format!("importing OS image {} into this cache", img.digest),
+    )?;
+    if let Some(rec) = cache.lookup(&img.digest) {
+        return Ok((rec, true));
+    }
     let labels = img.labels();
     let rec = match format {
         OsFormat::OstreeNative => import_native(cache, fetcher, img, labels).await?,

@@ -2,6 +2,7 @@
 pub mod cancel;
 pub mod cmd;
 pub mod container;
+pub mod lock;
 pub mod progress;
 pub mod ui;
 
