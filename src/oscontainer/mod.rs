@@ -94,6 +94,14 @@ impl Cache {
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating cache dir {}", dir.display()))?;
+        // Runs starting together on an empty cache create the repo once
+        // (and none opens it half-created).
+        let _lock = crate::util::lock::Lock::wait(
+            &dir.join("locks/repo.lock"),
+            "creating the cache's ostree repo",
+        )
+        .map_err(|e| tracing::warn!("{e:#}; opening the cache unlocked"))
+        .ok();
         let repo = Repo::open_or_create(&dir.join("repo"), "bare-user")?;
         Ok(Cache {
             dir: dir.to_path_buf(),
