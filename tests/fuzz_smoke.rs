@@ -1,4 +1,4 @@
-//! The fuzz smoke run (fast tier, a few seconds): every fuzz target
+//! The fuzz smoke run (fast tier, about 10 s): every fuzz target
 //! (`fuzz/src/targets.rs`) over its committed corpus (`fuzz/corpus/`, the
 //! seeds and every crash found so far) and a fixed set of mutations of each
 //! input, under the fuzzing limits: no panic, no input over 10 s, no

@@ -1,4 +1,4 @@
-//! Registry faults (privileged tier: the fixture release; about 30 s):
+//! Registry faults (privileged tier: the fixture release; about 3 min):
 //! `inspect` of the test release through a fault-injecting proxy
 //! (tests/common/faults.rs) in front of the test registry, one fault kind
 //! at a time on the release's manifests layer: a connection reset mid-blob,
