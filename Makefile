@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench image install
+.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench image install fuzz
 
 all: build
 
@@ -65,9 +65,18 @@ test: deps lint
 test-fast: deps
 	$(CARGO) test --release -- --test-threads=2
 
+# Coverage-guided fuzzing of every parser of untrusted bytes (README
+# "Fuzzing"; `make test` runs the short smoke run, tests/fuzz_smoke.rs).
+# FUZZ_SECONDS per target, FUZZ_JOBS targets side by side, at nice 19.
+FUZZ_SECONDS ?= 300
+FUZZ_JOBS ?= 1
+fuzz: deps
+	nice -n 19 bash fuzz/run.sh -j $(FUZZ_JOBS) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 fmt:
 	$(CARGO) fmt
 
 clean:
 	$(CARGO) clean
+	rm -rf fuzz/target fuzz/artifacts
 	rm -rf .cache bootimages

@@ -35,6 +35,8 @@ BUILD_PKGS=(
 )
 # What the tests and the test OS need.
 TEST_PKGS=(
+  # make fuzz: libfuzzer-sys compiles libFuzzer (C++)
+  g++
   # registry
   docker-registry apache2-utils openssl
   # live ISO checks

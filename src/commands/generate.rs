@@ -20,5 +20,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         threads: a.threads,
     };
     let settings = Settings::new(flags, || super::input_settings(&a.input))?;
+    // Two runs into one output directory: the second refuses at once.
+    let _out_lock = crate::util::lock::DirLock::output(&settings.output)?;
     crate::pipeline::run(&settings)
 }

@@ -357,14 +357,71 @@ impl Fetcher {
         })
     }
 
-    /// Download a blob to `dest`, verifying its size and digest.
+    /// Download a blob to `dest`, verifying its size and digest. Transient
+    /// registry faults (a connection reset or cut mid-blob, 5xx, a 429 that
+    /// containers/image gave up on) are retried with exponential backoff
+    /// within [`RetryPolicy::budget`]; a connection that stalls (no data for
+    /// [`RetryPolicy::stall`]) ends the fetch. The final error names the
+    /// blob, the registry, the attempts and the cause.
     pub async fn fetch_blob_to(&self, img: &Image, desc: &Descriptor, dest: &Path) -> Result<()> {
-        let (mut reader, driver) = self
-            .proxy
-            .get_descriptor(&img.handle, desc)
-            .await
-            .map_err(|e| self.explain(&img.reference, e))
-            .with_context(|| format!("fetching blob {} of {}", desc.digest(), img.reference))?;
+        let policy = RetryPolicy::from_env();
+        let registry = img
+            .opened
+            .registry()
+            .unwrap_or("the local image")
+            .to_string();
+        let started = std::time::Instant::now();
+        let mut delay = policy.first;
+        let mut attempt = 1;
+        loop {
+            let e = match self.fetch_blob_once(img, desc, dest, policy.stall).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let cause = format!("{e:#}");
+            let retry = is_transient(&cause)
+                && !cause.contains(STALLED)
+                && started.elapsed() + delay < policy.budget;
+            if !retry {
+                let _ = std::fs::remove_file(dest);
+                if attempt == 1 && !is_transient(&cause) {
+                    return Err(e);
+                }
+                return Err(e.context(format!(
+                    "fetching blob {} of {} from registry {registry}: gave up after {attempt} attempt{} in {:.0?}",
+                    desc.digest(),
+                    img.reference,
+                    if attempt == 1 { "" } else { "s" },
+                    started.elapsed()
+                )));
+            }
+            crate::util::ui::status(format!(
+                "registry {registry}: blob {} failed ({}); retrying in {delay:.0?} (attempt {})",
+                desc.digest(),
+                short_proxy_error(&cause),
+                attempt + 1
+            ));
+            crate::util::cancel::check()?;
+            tokio::time::sleep(delay).await;
+            crate::util::cancel::check()?;
+            delay = (delay * 2).min(policy.max_delay);
+            attempt += 1;
+        }
+    }
+
+    async fn fetch_blob_once(
+        &self,
+        img: &Image,
+        desc: &Descriptor,
+        dest: &Path,
+        stall: std::time::Duration,
+    ) -> Result<()> {
+        let (mut reader, driver) =
+            tokio::time::timeout(stall, self.proxy.get_descriptor(&img.handle, desc))
+                .await
+                .map_err(|_| anyhow!("{STALLED}: no response for {stall:?}"))?
+                .map_err(|e| self.explain(&img.reference, e))
+                .with_context(|| format!("fetching blob {} of {}", desc.digest(), img.reference))?;
         let mut out =
             std::fs::File::create(dest).with_context(|| format!("creating {}", dest.display()))?;
         let digest = desc.digest().to_string();
@@ -373,7 +430,9 @@ impl Fetcher {
             let mut n: u64 = 0;
             let mut buf = vec![0u8; 1 << 20];
             loop {
-                let k = reader.read(&mut buf).await?;
+                let k = tokio::time::timeout(stall, reader.read(&mut buf))
+                    .await
+                    .map_err(|_| anyhow!("{STALLED}: no data for {stall:?}"))??;
                 if k == 0 {
                     break;
                 }
@@ -383,7 +442,24 @@ impl Fetcher {
             }
             anyhow::Ok((n, format!("sha256:{}", hex::encode(h.finalize()))))
         };
-        let (copied, finished) = tokio::join!(copy, driver);
+        // A stalled copy ends the attempt without waiting for the driver
+        // (which waits for the same stalled connection).
+        tokio::pin!(driver);
+        let mut finished = None;
+        let copied = {
+            tokio::pin!(copy);
+            loop {
+                tokio::select! {
+                    c = &mut copy => break c,
+                    d = &mut driver, if finished.is_none() => finished = Some(d),
+                }
+            }
+        };
+        let finished = match (finished, &copied) {
+            (Some(f), _) => f,
+            (None, Err(e)) if format!("{e:#}").contains(STALLED) => Ok(()),
+            (None, _) => driver.await,
+        };
         let blob_err = |e: String| {
             anyhow!(
                 "blob {digest} of {} is corrupt: {e}; the image was damaged or tampered with (fetch it again from a trusted source)",
@@ -392,6 +468,15 @@ impl Fetcher {
         };
         let (n, got) = match (copied, finished) {
             (Ok(v), Ok(())) => v,
+            // A network or registry fault is not corruption: say so, and
+            // let the caller retry it.
+            (_, Err(e)) if is_transient(&e.to_string()) => {
+                bail!(
+                    "blob {digest} of {}: {}",
+                    img.reference,
+                    short_proxy_error(&e.to_string())
+                )
+            }
             (_, Err(e)) => return Err(blob_err(short_proxy_error(&e.to_string()))),
             (Err(e), Ok(())) => {
                 return Err(e)
@@ -434,6 +519,80 @@ impl Fetcher {
     fn explain(&self, r: &ImageRef, e: proxy::Error) -> anyhow::Error {
         explain_error(r, &e.to_string(), &self.opts)
     }
+}
+
+/// How a blob fetch meets registry faults (README "Registry faults").
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Total time within which a failed attempt is retried.
+    pub budget: std::time::Duration,
+    /// First backoff delay, doubled after each attempt up to `max_delay`.
+    pub first: std::time::Duration,
+    pub max_delay: std::time::Duration,
+    /// A read that waits this long for data ends the fetch.
+    pub stall: std::time::Duration,
+}
+
+const STALLED: &str = "the registry connection stalled";
+
+impl RetryPolicy {
+    /// Defaults: 5 minutes of retries, 1 s doubling to 30 s, a 60 s stall;
+    /// `BOOTIMAGE_GEN_FETCH_RETRY_SECS` and `BOOTIMAGE_GEN_FETCH_STALL_SECS`
+    /// change the budget and the stall (the tests shorten them).
+    pub fn from_env() -> Self {
+        let secs = |k: &str, d: f64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .unwrap_or(d)
+        };
+        RetryPolicy {
+            budget: std::time::Duration::from_secs_f64(secs(
+                "BOOTIMAGE_GEN_FETCH_RETRY_SECS",
+                300.0,
+            )),
+            first: std::time::Duration::from_secs(1),
+            max_delay: std::time::Duration::from_secs(30),
+            stall: std::time::Duration::from_secs_f64(
+                secs("BOOTIMAGE_GEN_FETCH_STALL_SECS", 60.0).max(0.1),
+            ),
+        }
+    }
+}
+
+/// A fault worth retrying: the network or the registry, not the request.
+fn is_transient(msg: &str) -> bool {
+    let m = msg.to_lowercase();
+    [
+        STALLED,
+        "connection reset",
+        "broken pipe",
+        "unexpected eof",
+        "eof",
+        "timeout",
+        "timed out",
+        "too many requests",
+        "429",
+        "500 internal server error",
+        "502 bad gateway",
+        "503 service unavailable",
+        "504 gateway timeout",
+        "registry 500",
+        "registry 502",
+        "registry 503",
+        "registry 504",
+        "(service unavailable)",
+        "(bad gateway)",
+        "(gateway timeout)",
+        "status 500",
+        "status 502",
+        "status 503",
+        "status 504",
+        "connection refused",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
 }
 
 /// Parse JSON into `T`, naming the object, the field path and the cause.

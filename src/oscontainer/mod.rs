@@ -95,6 +95,14 @@ impl Cache {
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating cache dir {}", dir.display()))?;
+        // Runs starting together on an empty cache create the repo once
+        // (and none opens it half-created).
+        let _lock = crate::util::lock::Lock::wait(
+            &dir.join("locks/repo.lock"),
+            "creating the cache's ostree repo",
+        )
+        .map_err(|e| tracing::warn!("{e:#}; opening the cache unlocked"))
+        .ok();
         let repo = Repo::open_or_create(&dir.join("repo"), "bare-user")?;
         Ok(Cache {
             dir: dir.to_path_buf(),
@@ -151,6 +159,17 @@ pub async fn import(
     img: &Image,
     format: OsFormat,
 ) -> Result<(ImportRecord, bool)> {
+    if let Some(rec) = cache.lookup(&img.digest) {
+        return Ok((rec, true));
+    }
+    // One import per digest at a time; a run that waited finds the other's.
+    let _lock = crate::util::lock::Lock::wait(
+        &cache
+            .dir
+            .join("locks")
+            .join(format!("os-{}.lock", img.digest.replace(':', "-"))),
+        &format!("importing OS image {} into this cache", img.digest),
+    )?;
     if let Some(rec) = cache.lookup(&img.digest) {
         return Ok((rec, true));
     }

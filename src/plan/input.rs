@@ -70,8 +70,13 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
         let (r, cached) =
             oscontainer::import(&cache, &fetcher, &os_img, resolved.os_format).await?;
         ui::status(format!(
-            "OS image {}: imported commit {} in {:.1?}",
+            "OS image {}: {} commit {} in {:.1?}",
             short(&resolved.os_digest),
+            if cached {
+                "another run imported"
+            } else {
+                "imported"
+            },
             short(&r.commit),
             t.elapsed()
         ));

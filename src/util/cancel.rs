@@ -77,12 +77,16 @@ pub fn block_on<T, F: std::future::Future<Output = anyhow::Result<T>>>(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let r = rt.block_on(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             r = fut => r,
             _ = tokio::signal::ctrl_c() => Err(anyhow::Error::new(Interrupted(130))),
             _ = term.recv() => Err(anyhow::Error::new(Interrupted(143))),
         }
-    })
+    });
+    // Do not wait for ever on a blocking task stuck on a stalled registry
+    // connection (skopeo's proxy session): the error is already decided.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    r
 }

@@ -3,6 +3,7 @@ pub mod arch;
 pub mod cancel;
 pub mod cmd;
 pub mod container;
+pub mod lock;
 pub mod progress;
 pub mod ui;
 

@@ -3,6 +3,7 @@
 //! stopped when dropped.
 #![allow(dead_code)]
 pub mod boot;
+pub mod faults;
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

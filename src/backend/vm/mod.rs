@@ -326,6 +326,18 @@ fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
         r.note(&format!("VM appliance: cached {}", out.display()));
         return Ok(done(&out));
     }
+    // One build per appliance at a time; a run that waited finds the other's.
+    let _lock = crate::util::lock::Lock::wait(
+        &dir.join(format!(".{}.lock", &key[..16])),
+        &format!("building the VM appliance {}", out.display()),
+    )?;
+    if out.join("root").exists() {
+        r.note(&format!(
+            "VM appliance: built by another run {}",
+            out.display()
+        ));
+        return Ok(done(&out));
+    }
     let step = r.step("VM appliance");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = tempfile::Builder::new()
