@@ -164,4 +164,4 @@ END {
     printf "unsafe without SAFETY: %d\n", nunsafe
     printf "%s", unsafe_list
     exit (ncyc + nup + nunsafe > 0) ? 1 : 0
-}'
+}' || exit 1

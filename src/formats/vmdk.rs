@@ -41,13 +41,10 @@ use crate::io::deflate::Deflater;
 use crate::io::sparse::{clamped_extents, is_zero, BufPool};
 use crate::io::view::DiskView;
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
 /// Sector size; every offset and size in the format counts these.
@@ -478,33 +475,16 @@ struct Job<'a> {
     level: u32,
     /// Chunks touching a data extent, in guest order.
     chunks: Vec<u64>,
-    cursor: AtomicUsize,
     pool: Arc<BufPool>,
-    abort: AtomicBool,
     /// Packed chunks shared with other outputs over the same base.
     cache: Option<&'a ChunkCache>,
 }
 
 impl Job<'_> {
-    /// Worker loop: take a buffer, then the next chunk (in that order, so
-    /// the lowest unfinished chunk always belongs to a running worker),
-    /// read it, compress its non-zero grains and send the result.
-    fn work(&self, tx: Sender<(usize, Result<Done>)>) {
-        let mut z = Deflater::zlib(self.level);
-        while !self.abort.load(Ordering::Relaxed) {
-            let Some(buf) = self.pool.get() else {
-                return;
-            };
-            let k = self.cursor.fetch_add(1, Ordering::Relaxed);
-            let Some(&chunk) = self.chunks.get(k) else {
-                self.pool.put(buf);
-                return;
-            };
-            let res = self.pack(chunk, buf, &mut z);
-            if tx.send((k, res)).is_err() {
-                return;
-            }
-        }
+    /// One chunk, the `k`-th of those with data: read it, compress its
+    /// non-zero grains.
+    fn item(&self, z: &mut Deflater, k: usize, buf: Vec<u8>) -> Result<Done> {
+        self.pack(self.chunks[k], buf, z)
     }
 
     /// [`Job::pack_fresh`], through the chunk cache when the chunk's range
@@ -646,17 +626,6 @@ fn pack_grain(z: &mut Deflater, data: &[u8], lba: u64, out: &mut [u8]) -> Result
     Ok(padded)
 }
 
-/// Stops a job's workers when dropped: raises the abort flag and closes the
-/// buffer pool so that no worker waits for a buffer any more.
-struct Stop<'a, 'b>(&'a Job<'b>);
-
-impl Drop for Stop<'_, '_> {
-    fn drop(&mut self) {
-        self.0.abort.store(true, Ordering::Relaxed);
-        self.0.pool.close();
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn run(
     view: &dyn DiskView,
@@ -717,56 +686,36 @@ fn run(
         geo,
         level: opts.compression_level,
         chunks,
-        cursor: AtomicUsize::new(0),
         pool: pool.clone(),
-        abort: AtomicBool::new(false),
         cache,
     };
-    std::thread::scope(|s| -> Result<()> {
-        // On any return, stop the workers before the scope joins them.
-        let stop = Stop(&job);
-        let (tx, rx) = channel::<(usize, Result<Done>)>();
-        for n in 0..workers {
-            let tx = tx.clone();
-            let job = &job;
-            std::thread::Builder::new()
-                .name(format!("vmdk-{n}"))
-                .spawn_scoped(s, move || job.work(tx))
-                .context("starting a compression thread")?;
-        }
-        drop(tx);
-
-        let mut pending: BTreeMap<usize, Done> = BTreeMap::new();
-        for k in 0..job.chunks.len() {
-            check()?;
-            let done = loop {
-                if let Some(d) = pending.remove(&k) {
-                    break d;
+    crate::io::pipeline::run(
+        "vmdk",
+        workers,
+        job.chunks.len(),
+        &pool,
+        || Ok(Deflater::zlib(job.level)),
+        |z, k, buf| job.item(z, k, buf),
+        |ordered| -> Result<()> {
+            for k in 0..job.chunks.len() {
+                check()?;
+                let done = ordered.next()?;
+                let chunk = job.chunks[k];
+                // Tables before this chunk's are complete: write them first.
+                tables.emit_until(chunk * CHUNK_GRAINS / GTES_PER_GT, &mut sink)?;
+                let base = sink.sector;
+                for &(g, rel) in &done.grains {
+                    tables.gt[(g % GTES_PER_GT) as usize] = Sink::entry(base + rel)?;
+                    populated_bytes += geo.grain_len(g);
                 }
-                match rx.recv() {
-                    Ok((i, Ok(d))) => {
-                        pending.insert(i, d);
-                    }
-                    Ok((_, Err(e))) => return Err(e),
-                    Err(_) => bail!("the compression threads stopped early"),
-                }
-            };
-            let chunk = job.chunks[k];
-            // Tables before this chunk's are complete: write them first.
-            tables.emit_until(chunk * CHUNK_GRAINS / GTES_PER_GT, &mut sink)?;
-            let base = sink.sector;
-            for &(g, rel) in &done.grains {
-                tables.gt[(g % GTES_PER_GT) as usize] = Sink::entry(base + rel)?;
-                populated_bytes += geo.grain_len(g);
+                grains_written += done.grains.len() as u64;
+                sink.write(&done.buf[CHUNK_BYTES..CHUNK_BYTES + done.used])?;
+                pool.put(done.buf);
+                progress(((chunk + 1) * CHUNK_BYTES as u64).min(len));
             }
-            grains_written += done.grains.len() as u64;
-            sink.write(&done.buf[CHUNK_BYTES..CHUNK_BYTES + done.used])?;
-            pool.put(done.buf);
-            progress(((chunk + 1) * CHUNK_BYTES as u64).min(len));
-        }
-        drop(stop);
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     check()?;
     tables.emit_until(geo.tables, &mut sink)?;
 
@@ -820,7 +769,10 @@ mod tests {
     use crate::io::view::{Composite, FileView, Patch};
     use crate::util::cmd;
     use serde_json::Value;
+    use std::collections::BTreeMap;
     use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering;
 
     const MIB: u64 = 1 << 20;
 

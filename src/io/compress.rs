@@ -28,8 +28,6 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
 const MIB: usize = 1 << 20;
@@ -520,11 +518,8 @@ struct Job<'a> {
     chunk: usize,
     /// Indices of the chunks that touch a data extent, in order.
     data_chunks: Vec<usize>,
-    /// Next position in `data_chunks` to hand out.
-    cursor: AtomicUsize,
     pool: Arc<BufPool>,
     zeros: ZeroCache,
-    abort: AtomicBool,
     cache: Option<&'a ChunkCache>,
 }
 
@@ -562,56 +557,35 @@ impl Job<'_> {
         Ok(c)
     }
 
-    /// Worker loop: take a buffer, then the next data chunk, compress it
-    /// and send it to the writer. The buffer is taken first so that the
-    /// lowest unfinished chunk always belongs to a running worker.
-    fn work(&self, tx: Sender<(usize, Result<Done>)>) {
-        let mut enc =
-            match Encoder::new(self.kind, self.level, self.chunk, self.view.precompressed()) {
-                Ok(e) => e,
-                Err(e) => {
-                    let _ = tx.send((usize::MAX, Err(e)));
-                    return;
-                }
-            };
-        while !self.abort.load(Ordering::Relaxed) {
-            let Some(mut buf) = self.pool.get() else {
-                return;
-            };
-            let k = self.cursor.fetch_add(1, Ordering::Relaxed);
-            let Some(&i) = self.data_chunks.get(k) else {
+    /// One data chunk, the `k`-th: read it into `buf` and compress it.
+    fn item(&self, enc: &mut Encoder, k: usize, mut buf: Vec<u8>) -> Result<Done> {
+        let i = self.data_chunks[k];
+        let len = self.chunk_len(i);
+        let off = i as u64 * self.chunk as u64;
+        let res = match self.view.read_at(&mut buf[..len], off) {
+            Err(e) => {
                 self.pool.put(buf);
-                return;
-            };
-            let len = self.chunk_len(i);
-            let off = i as u64 * self.chunk as u64;
-            let res = match self.view.read_at(&mut buf[..len], off) {
+                Err(e)
+            }
+            Ok(()) if is_zero(&buf[..len]) => {
+                self.pool.put(buf);
+                self.zeros.get(len, enc).map(|z| Done {
+                    input: None,
+                    packed: Packed::Zero(z),
+                })
+            }
+            Ok(()) => match self.shared(enc, &buf[..len], off) {
+                Ok(c) => Ok(Done {
+                    input: Some(buf),
+                    packed: Packed::Owned(c),
+                }),
                 Err(e) => {
                     self.pool.put(buf);
-                    Err(e)
+                    Err(e.context(format!("compressing {len} bytes at offset {off}")))
                 }
-                Ok(()) if is_zero(&buf[..len]) => {
-                    self.pool.put(buf);
-                    self.zeros.get(len, &mut enc).map(|z| Done {
-                        input: None,
-                        packed: Packed::Zero(z),
-                    })
-                }
-                Ok(()) => match self.shared(&mut enc, &buf[..len], off) {
-                    Ok(c) => Ok(Done {
-                        input: Some(buf),
-                        packed: Packed::Owned(c),
-                    }),
-                    Err(e) => {
-                        self.pool.put(buf);
-                        Err(e.context(format!("compressing {len} bytes at offset {off}")))
-                    }
-                },
-            };
-            if tx.send((i, res)).is_err() {
-                return;
-            }
-        }
+            },
+        };
+        res
     }
 }
 
@@ -665,70 +639,56 @@ fn run(
         level,
         chunk,
         data_chunks,
-        cursor: AtomicUsize::new(0),
         pool: pool.clone(),
         zeros: ZeroCache::default(),
-        abort: AtomicBool::new(false),
         cache,
     };
 
-    let result = std::thread::scope(|s| -> Result<()> {
-        // On any return, stop the workers before the scope joins them.
-        let stop = Stop(&job);
-        let (tx, rx) = channel::<(usize, Result<Done>)>();
-        for n in 0..workers {
-            let tx = tx.clone();
-            let job = &job;
-            std::thread::Builder::new()
-                .name(format!("{kind}-{n}"))
-                .spawn_scoped(s, move || job.work(tx))
-                .context("starting a compression thread")?;
-        }
-        drop(tx);
-
-        if nchunks == 0 {
-            // An empty stream still needs one member/stream/frame to be a
-            // valid file.
-            let mut enc = Encoder::new(kind, level, chunk, view.precompressed())?;
-            emit(&enc.compress(&[])?)?;
-        }
-        let mut own_encoder: Option<Encoder> = None;
-        let mut pending: BTreeMap<usize, Done> = BTreeMap::new();
-        let mut next = 0usize;
-        while next < nchunks {
-            crate::util::cancel::check()?;
-            let clen = job.chunk_len(next);
-            if !is_data[next] {
-                let enc = match &mut own_encoder {
-                    Some(e) => e,
-                    None => {
-                        own_encoder.insert(Encoder::new(kind, level, chunk, view.precompressed())?)
-                    }
-                };
-                emit(&job.zeros.get(clen, enc)?)?;
-                hasher.zeros(clen as u64)?;
-            } else if let Some(done) = pending.remove(&next) {
-                emit(done.packed.bytes())?;
-                match done.input {
-                    Some(buf) => hasher.data(buf, clen)?,
-                    None => hasher.zeros(clen as u64)?,
-                }
-            } else {
-                match rx.recv() {
-                    Ok((i, Ok(done))) => {
-                        pending.insert(i, done);
-                    }
-                    Ok((_, Err(e))) => return Err(e),
-                    Err(_) => bail!("the compression threads stopped early"),
-                }
-                continue;
+    let result = super::pipeline::run(
+        &kind.to_string(),
+        workers,
+        job.data_chunks.len(),
+        &pool,
+        || Encoder::new(kind, level, chunk, view.precompressed()),
+        |enc, k, buf| job.item(enc, k, buf),
+        |ordered| -> Result<()> {
+            if nchunks == 0 {
+                // An empty stream still needs one member/stream/frame to be a
+                // valid file.
+                let mut enc = Encoder::new(kind, level, chunk, view.precompressed())?;
+                emit(&enc.compress(&[])?)?;
             }
-            next += 1;
-            progress((next as u64 * chunk as u64).min(len));
-        }
-        drop(stop);
-        Ok(())
-    });
+            let mut own_encoder: Option<Encoder> = None;
+            let mut next = 0usize;
+            while next < nchunks {
+                crate::util::cancel::check()?;
+                let clen = job.chunk_len(next);
+                if !is_data[next] {
+                    let enc = match &mut own_encoder {
+                        Some(e) => e,
+                        None => own_encoder.insert(Encoder::new(
+                            kind,
+                            level,
+                            chunk,
+                            view.precompressed(),
+                        )?),
+                    };
+                    emit(&job.zeros.get(clen, enc)?)?;
+                    hasher.zeros(clen as u64)?;
+                } else {
+                    let done = ordered.next()?;
+                    emit(done.packed.bytes())?;
+                    match done.input {
+                        Some(buf) => hasher.data(buf, clen)?,
+                        None => hasher.zeros(clen as u64)?,
+                    }
+                }
+                next += 1;
+                progress((next as u64 * chunk as u64).min(len));
+            }
+            Ok(())
+        },
+    );
     result?;
     progress(len);
     w.flush().context("writing the output file")?;
@@ -744,17 +704,6 @@ fn run(
     })
 }
 
-/// Stops a job's workers when dropped: raises the abort flag and closes the
-/// buffer pool so that no worker waits for a buffer any more.
-struct Stop<'a, 'b>(&'a Job<'b>);
-
-impl Drop for Stop<'_, '_> {
-    fn drop(&mut self) {
-        self.0.abort.store(true, Ordering::Relaxed);
-        self.0.pool.close();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -764,6 +713,7 @@ mod tests {
     use std::path::PathBuf;
     use std::process::{Command, Stdio};
     use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering;
     use std::time::Instant;
 
     const MIB: u64 = 1 << 20;

@@ -1,6 +1,7 @@
 //! Streaming I/O: disk views (base + delta), compression, sparse output.
 pub mod compress;
 pub mod deflate;
+pub mod pipeline;
 pub mod sparse;
 pub mod view;
 
