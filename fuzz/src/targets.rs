@@ -4,7 +4,8 @@
 //! the limit. `TARGETS` names them; the corpus of each is
 //! `fuzz/corpus/<name>/`.
 use bootimage_gen::image::{fetch, idms, imageref, index, layers, layout};
-use bootimage_gen::{live, osconfig, oscontainer, release};
+use bootimage_gen::oscontainer::config as osconfig;
+use bootimage_gen::{fs, live, oscontainer, release};
 use std::collections::BTreeMap;
 
 pub type Target = fn(&[u8]);
@@ -86,7 +87,7 @@ pub fn stream_json(data: &[u8]) {
             let _ = release::pinned_amis(&v, a);
         }
     }
-    let _ = serde_json::from_slice::<bootimage_gen::stream::Stream>(data);
+    let _ = serde_json::from_slice::<bootimage_gen::publish::stream::Stream>(data);
 }
 
 /// IDMS / ICSP YAML (`--idms`), then mirror candidates for a digest ref.
@@ -202,7 +203,7 @@ pub fn layer_tar(data: &[u8]) {
 /// The OS's initramfs (cpio, or compressed cpio) and our cpio reader.
 pub fn cpio(data: &[u8]) {
     let _ = live::check_initramfs(data, "fuzz");
-    let _ = live::cpio::list(data);
+    let _ = fs::cpio::list(data);
 }
 
 /// The OS's live menu templates. The input is split into files at each
