@@ -13,7 +13,8 @@ lanes=1
 if [ "${1:-}" = -j ]; then lanes=$2; shift 2; fi
 secs=${1:?usage: fuzz/run.sh [-j LANES] SECONDS [TARGET...]}; shift
 cd "$here"
-RUSTC_WRAPPER=$here/rustc-sancov.sh cargo build --release --bin fuzz --quiet
+# FUZZ_NO_BUILD=1: use the binary already built.
+[ -n "${FUZZ_NO_BUILD:-}" ] || RUSTC_WRAPPER=$here/rustc-sancov.sh cargo build --release --bin fuzz --quiet
 bin=$here/target/release/fuzz
 if [ $# -eq 0 ]; then set -- $(ls corpus); fi
 mkdir -p target/work artifacts
