@@ -327,8 +327,11 @@ fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
         return Ok(done(&out));
     }
     // One build per appliance at a time; a run that waited finds the other's.
+    // The lock lives with the cache's other locks (`<cache>/locks/`), not
+    // among the appliances.
+    let locks = dir.parent().unwrap_or(dir).join("locks");
     let _lock = crate::util::lock::Lock::wait(
-        &dir.join(format!(".{}.lock", &key[..16])),
+        &locks.join(format!("appliance-{}.lock", &key[..16])),
         &format!("building the VM appliance {}", out.display()),
     )?;
     if out.join("root").exists() {
