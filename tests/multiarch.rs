@@ -52,17 +52,19 @@ fn built() -> &'static Built {
 }
 
 fn sh(script: &str, dir: &Path) -> String {
-    let o = Command::new("sh")
-        .args(["-ec", script])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+    must(Command::new("sh").args(["-ec", script]).current_dir(dir))
+}
+
+/// `cmd` with `$l` a read-only loop device over `disk` (in the raw dir)
+/// set up with `losetup_opts`, detached whatever `cmd` does.
+fn on_loop(disk: &str, losetup_opts: &str, cmd: &str) -> String {
+    sh(
+        &format!(
+            "l=$(losetup --find --show --read-only {losetup_opts} {disk}); \
+             rc=0; {cmd} || rc=$?; losetup -d $l; exit $rc"
+        ),
+        &built().raw,
+    )
 }
 
 fn artifact(key: &str) -> PathBuf {
@@ -124,11 +126,12 @@ fn metal_layout_is_aarch64s() {
     for (disk, ss) in [("metal.raw", 512), ("metal4k.raw", 4096)] {
         // Through a loop device of the disk's sector size (sfdisk reads a
         // file with 512-byte sectors).
-        let script = format!(
-            "l=$(losetup --find --show --read-only --sector-size {ss} {disk}); \
-             rc=0; sfdisk -J $l || rc=$?; losetup -d $l; exit $rc"
-        );
-        let j: Value = serde_json::from_str(&sh(&script, &b.raw)).unwrap();
+        let j: Value = serde_json::from_str(&on_loop(
+            disk,
+            &format!("--sector-size {ss}"),
+            "sfdisk -J $l",
+        ))
+        .unwrap();
         let parts = j["partitiontable"]["partitions"].as_array().unwrap();
         let rows: Vec<(&str, &str)> = parts
             .iter()
@@ -173,11 +176,11 @@ fn metal_layout_is_aarch64s() {
 /// The bootupd state names EFI only (no BIOS component on aarch64).
 #[test]
 fn bootupd_state_has_efi_only() {
-    let b = built();
-    let state = sh(
-        "dd if=metal.raw of=boot.img bs=1M skip=129 count=384 status=none && \
-         debugfs -R 'cat /bootupd-state.json' boot.img 2>/dev/null; rm -f boot.img",
-        &b.raw,
+    // The boot partition (129 MiB, 384 MiB) read in place.
+    let state = on_loop(
+        "metal.raw",
+        "--offset=$((129<<20)) --sizelimit=$((384<<20))",
+        "debugfs -R 'cat /bootupd-state.json' $l 2>/dev/null",
     );
     let v: Value = serde_json::from_str(&state).unwrap();
     let installed = v["installed"].as_object().unwrap();

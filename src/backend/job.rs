@@ -7,7 +7,7 @@
 //! compressing, describing) stays on the host and needs no privileges.
 use crate::disk::{
     bios, bootupd, deploy, derive, gpt, grubcfg,
-    layout::{self, Layout, DISK_GUID},
+    layout::{Layout, DISK_GUID},
     mkfs,
 };
 use crate::fs::fat as esp;
@@ -214,22 +214,15 @@ impl DiskJob {
             "root partition size differs from the plan"
         );
         gpt::write(&mut file, &layout, DISK_GUID)?;
-        let table = layout::table(&d.arch)?;
-        let spec = |fs_label: &str| {
-            table
-                .iter()
-                .find(|p| p.label == fs_label)
-                .expect("table row")
-        };
         let root_p = layout.part("root").clone();
         let boot_p = layout.part("boot").clone();
         let kernel = &self.kernel_version;
         let root_dev = LoopDevice::attach(&path, root_p.start, root_p.size, 512)?;
         cancel::pause_point("mkfs")?;
-        crate::util::cmd::run(&mut mkfs::command(spec("root"), root_dev.path(), kernel)?)
+        crate::util::cmd::run(&mut mkfs::command(&root_p.spec, root_dev.path(), kernel)?)
             .context("making the root filesystem")?;
         let boot_dev = LoopDevice::attach(&path, boot_p.start, boot_p.size, 512)?;
-        crate::util::cmd::run(&mut mkfs::command(spec("boot"), boot_dev.path(), kernel)?)
+        crate::util::cmd::run(&mut mkfs::command(&boot_p.spec, boot_dev.path(), kernel)?)
             .context("making the boot filesystem")?;
         let mnt = self.work.join("mnt");
         let root_m = Mounted::new(root_dev, &mnt, "xfs", ROOT_MOUNT_OPTIONS)?;

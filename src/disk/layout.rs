@@ -141,7 +141,6 @@ pub struct Placed {
 /// A concrete layout for an arch, a disk size and a sector size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Layout {
-    pub arch: String,
     pub sector_size: u64,
     pub disk_size: u64,
     pub parts: Vec<Placed>,
@@ -207,7 +206,6 @@ impl Layout {
             start += size;
         }
         Ok(Layout {
-            arch: arch.to_string(),
             sector_size,
             disk_size,
             parts,

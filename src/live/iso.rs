@@ -218,68 +218,45 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
         ],
     );
     s(&mut a, &[&format!("--modification-date={date}")]);
-    let Some(sys) = i.syslinux else {
-        // EFI only: efiboot.img is the one El Torito image, and also
-        // appended as an MBR partition of type EFI (as on x86_64, where
-        // the minimal ISO's packer finds it), so that firmware that boots
-        // a USB disk only from an ESP finds one. Upstream's aarch64 ISO has
-        // no partition table; EDK II boots El Torito from a disk either way.
-        s(
-            &mut a,
-            &[
-                "-c",
-                BOOT_CAT_EFI_ONLY,
-                "-e",
-                EFIBOOT_IN_ISO,
-                "-no-emul-boot",
-                "-partition_offset",
-                "16",
-                "-append_partition",
-                "2",
-                "0xef",
-            ],
-        );
-        a.push(stage.join(EFIBOOT_IN_ISO).into_os_string());
-        s(&mut a, &["-o"]);
-        a.push(out.as_os_str().to_owned());
-        a.push(stage.as_os_str().to_owned());
-        return a;
-    };
-    s(
-        &mut a,
-        &[
-            "-b",
-            ISOLINUX_IN_ISO,
-            "-c",
-            BOOT_CAT,
-            "-no-emul-boot",
-            "-boot-load-size",
-            "4",
-            "-boot-info-table",
-        ],
-    );
-    // Hybrid: ISOLINUX's MBR code, the ISO as partition 1 from 32 KiB on
-    // (past the GPT), and a copy of efiboot.img appended as partition 2 of
-    // type EFI in both the MBR and the GPT. (`-isohybrid-gpt-basdat` would
-    // nest the EFI partition inside the ISO one, which sgdisk rejects as
-    // overlapping.)
-    a.push("-isohybrid-mbr".into());
-    a.push(sys.isohdpfx_bin.clone().into_os_string());
+    match i.syslinux {
+        Some(sys) => {
+            s(
+                &mut a,
+                &[
+                    "-b",
+                    ISOLINUX_IN_ISO,
+                    "-c",
+                    BOOT_CAT,
+                    "-no-emul-boot",
+                    "-boot-load-size",
+                    "4",
+                    "-boot-info-table",
+                ],
+            );
+            // Hybrid: ISOLINUX's MBR code, the ISO as partition 1 from 32
+            // KiB on (past the GPT), and a copy of efiboot.img appended as
+            // partition 2 of type EFI in both the MBR and the GPT.
+            // (`-isohybrid-gpt-basdat` would nest the EFI partition inside
+            // the ISO one, which sgdisk rejects as overlapping.)
+            a.push("-isohybrid-mbr".into());
+            a.push(sys.isohdpfx_bin.clone().into_os_string());
+        }
+        // EFI only: efiboot.img is the one El Torito image. It is also
+        // appended as an MBR partition of type EFI (as on x86_64, where the
+        // minimal ISO's packer finds it), so that firmware that boots a USB
+        // disk only from an ESP finds one. Upstream's aarch64 ISO has no
+        // partition table; EDK II boots El Torito from a disk either way.
+        None => s(&mut a, &["-c", BOOT_CAT_EFI_ONLY]),
+    }
     s(
         &mut a,
         &["-partition_offset", "16", "-append_partition", "2", "0xef"],
     );
     a.push(stage.join(EFIBOOT_IN_ISO).into_os_string());
-    s(
-        &mut a,
-        &[
-            "-eltorito-alt-boot",
-            "-e",
-            EFIBOOT_IN_ISO,
-            "-no-emul-boot",
-            "-o",
-        ],
-    );
+    if i.syslinux.is_some() {
+        a.push("-eltorito-alt-boot".into());
+    }
+    s(&mut a, &["-e", EFIBOOT_IN_ISO, "-no-emul-boot", "-o"]);
     a.push(out.as_os_str().to_owned());
     a.push(stage.as_os_str().to_owned());
     a
