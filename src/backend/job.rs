@@ -94,7 +94,12 @@ pub struct LiveStage {
     pub kernel: PathBuf,
     pub initramfs: PathBuf,
     pub rootfs: PathBuf,
-    pub efiboot: PathBuf,
+    /// `images/efiboot.img`, on arches that boot EFI.
+    #[serde(default)]
+    pub efiboot: Option<PathBuf>,
+    /// The Open Firmware boot files (ppc64le), see [`live::iso::of_boot_tree`].
+    #[serde(default)]
+    pub of_tree: Option<PathBuf>,
     pub menus: live::Rendered,
     /// `root.squashfs` or `root.erofs`, the live root tree.
     pub root_image: PathBuf,
@@ -244,52 +249,72 @@ impl DiskJob {
         let tree = root_m.path().join(&dep.deploy_dir);
         let boot = boot_m.path().to_path_buf();
         let entries = derive::read_entries(&boot, &dep.entries)?;
-        // Bootloaders, from the OS tree.
+        // Bootloaders, from the OS tree, as the arch boots.
+        let boots_with = crate::platforms::arch_boot(&d.arch);
         let efi_src = tree.join(OS_EFI_DIR);
-        let vendor = crate::disk::efi::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
         let static_grub = match &self.bootupd {
             Some(_) => bootupd::StaticGrub::read(&tree)?,
             None => None,
         };
-        // bootupd copies grub-static-efi.cfg next to the vendor GRUB.
-        let stub_cfg = match &static_grub {
-            Some(g) => g.efi.clone(),
-            None => grubcfg::efi_stub_cfg().into_bytes(),
-        };
-        let stub = vec![(format!("EFI/{vendor}/grub.cfg"), stub_cfg)];
-        let esp_p = layout.part("EFI-SYSTEM").clone();
-        esp::build_esp(
-            &file,
-            esp_p.start,
-            esp_p.size,
-            512,
-            ESP_VOLUME_ID,
-            "EFI-SYSTEM",
-            &efi_src,
-            &stub,
-        )?;
-        let esp4k = if self.esp4k {
-            let p = self.work.join("esp4k.img");
-            esp::build_esp_file(
-                &p,
+        let (efi, esp4k) = if boots_with.efi {
+            let vendor = crate::disk::efi::vendor_dir(&efi_src).context("the OS's EFI GRUB")?;
+            // bootupd copies grub-static-efi.cfg next to the vendor GRUB.
+            let stub_cfg = match &static_grub {
+                Some(g) => g.efi.clone(),
+                None => grubcfg::efi_stub_cfg().into_bytes(),
+            };
+            let stub = vec![(format!("EFI/{vendor}/grub.cfg"), stub_cfg)];
+            let esp_p = layout.part("EFI-SYSTEM").clone();
+            esp::build_esp(
+                &file,
+                esp_p.start,
                 esp_p.size,
-                4096,
+                512,
                 ESP_VOLUME_ID,
                 "EFI-SYSTEM",
                 &efi_src,
                 &stub,
             )?;
-            Some(p)
+            let esp4k = if self.esp4k {
+                let p = self.work.join("esp4k.img");
+                esp::build_esp_file(
+                    &p,
+                    esp_p.size,
+                    4096,
+                    ESP_VOLUME_ID,
+                    "EFI-SYSTEM",
+                    &efi_src,
+                    &stub,
+                )?;
+                Some(p)
+            } else {
+                None
+            };
+            (Some((vendor, stub)), esp4k)
         } else {
-            None
+            (None, None)
         };
         if self.bios {
             let grub = tree.join(OS_GRUB_BIOS_DIR);
             bios::install_bios(&file, &layout, &grub, &self.work)?;
             bios::copy_modules(&grub, &boot.join(derive::GRUB_DIR).join("i386-pc"))?;
         }
+        if boots_with.prep {
+            // The same bytes serve 512- and 4096-byte-sector disks: PReP
+            // sits at the same byte offset on both.
+            let grub = tree.join(crate::disk::prep::OS_GRUB_OF_DIR);
+            crate::disk::prep::install_prep(&file, &layout, &grub, &self.work)?;
+            bios::copy_modules(
+                &grub,
+                &boot
+                    .join(derive::GRUB_DIR)
+                    .join(bios::POWERPC_IEEE1275.name),
+            )?;
+        }
         if let Some(bj) = &self.bootupd {
-            self.write_bootupd(bj, &tree, &efi_src, &boot, static_grub.is_some())?;
+            let efi_tree = efi.as_ref().map(|_| efi_src.as_path());
+            let bios = self.bios || boots_with.prep;
+            self.write_bootupd(bj, &tree, efi_tree, bios, &boot, static_grub.is_some())?;
         }
         // The extents of the ostree objects, now that nothing else writes
         // to root and boot (the osmet files are packed from them).
@@ -329,9 +354,11 @@ impl DiskJob {
                     layout: &layout,
                     root: root_m.path(),
                     tree: &tree,
-                    efi_src: &efi_src,
-                    vendor: &vendor,
-                    esp_files: &stub,
+                    efi: efi.as_ref().map(|(vendor, stub)| LiveEfi {
+                        src: &efi_src,
+                        vendor,
+                        esp_files: stub,
+                    }),
                 },
             )?),
             None => None,
@@ -357,13 +384,15 @@ impl DiskJob {
 
     /// `/boot/bootupd-state.json` (and, with static configs, `grubenv`) as
     /// `bootupctl backend install [--with-static-configs]` writes them: EFI
-    /// always (the ESP holds the OS's EFI tree), BIOS when its boot code
-    /// was installed. The metadata was checked before the build.
+    /// when the disk has an ESP (`efi_src`: the OS's EFI tree on it), BIOS
+    /// when GRUB's BIOS or PReP boot code was installed (bootupd's BIOS
+    /// component covers both). The metadata was checked before the build.
     fn write_bootupd(
         &self,
         bj: &BootupdJob,
         tree: &Path,
-        efi_src: &Path,
+        efi_src: Option<&Path>,
+        bios_installed: bool,
         boot: &Path,
         static_configs: bool,
     ) -> Result<()> {
@@ -376,15 +405,18 @@ impl DiskJob {
                 Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
             }
         };
-        let efi = read(bootupd::EFI_JSON)?;
-        let bios = if self.bios {
+        let efi = match efi_src {
+            Some(_) => read(bootupd::EFI_JSON)?,
+            None => None,
+        };
+        let bios = if bios_installed {
             read(bootupd::BIOS_JSON)?
         } else {
             None
         };
-        let efi = match &efi {
-            Some(m) => Some((m, bootupd::filetree(efi_src)?)),
-            None => None,
+        let efi = match (&efi, efi_src) {
+            (Some(m), Some(src)) => Some((m, bootupd::filetree(src)?)),
+            _ => None,
         };
         let state = bootupd::state_json(&bootupd::State {
             efi,
@@ -414,7 +446,10 @@ impl DiskJob {
     /// image, from the deployed metal tree (see [`LiveTreeSrc`]).
     fn live_stage(&self, lj: &LiveJob, r: &Reporter, src: &LiveTreeSrc) -> Result<LiveStage> {
         let l = &lj.plan;
-        let (tree, efi_src, vendor) = (src.tree, src.efi_src, src.vendor);
+        let tree = src.tree;
+        // The vendor directory names the templates' EFI/<vendor>/ (moved to
+        // boot/grub/ on Open Firmware, so any name does there).
+        let vendor = src.efi.as_ref().map_or("BOOT-OF", |e| e.vendor);
         let dir = self.work.join("live");
         std::fs::create_dir_all(&dir)?;
         let kdir = tree.join("usr/lib/modules").join(&self.kernel_version);
@@ -474,28 +509,22 @@ impl DiskJob {
             ));
             live::builtin_templates(vendor, title)
         };
+        let open_firmware = crate::platforms::arch_boot(&self.disk.arch).prep;
+        let templates = live::place_templates(templates, open_firmware)?;
         let menus = live::render(&templates, &l.volume_id, &lj.version, &l.kargs)?;
-        let stub = live::iso::efiboot_stub_cfg(&l.volume_id, vendor);
-        let efiboot = dir.join("efiboot.img");
-        let efi_tree = dir.join("efi");
-        live::iso::efiboot_tree(efi_src, vendor, &efi_tree)
-            .context("preparing the EFI tree of efiboot.img")?;
-        let size = live::iso::efiboot_size(&efi_tree, 2 * stub.len() as u64)?;
-        let volid_hash = crate::util::sha256_hex(l.volume_id.as_bytes());
-        let fat_id = u32::from_str_radix(&volid_hash[..8], 16).expect("hex");
-        esp::build_esp_file(
-            &efiboot,
-            size,
-            512,
-            fat_id,
-            live::iso::EFIBOOT_LABEL,
-            &efi_tree,
-            &[
-                (format!("EFI/{vendor}/grub.cfg"), stub.clone().into_bytes()),
-                ("EFI/BOOT/grub.cfg".to_string(), stub.into_bytes()),
-            ],
-        )?;
-        std::fs::remove_dir_all(&efi_tree).ok();
+        let efiboot = match &src.efi {
+            Some(e) => Some(self.efiboot(&dir, &l.volume_id, e.src, e.vendor)?),
+            None => None,
+        };
+        let of_tree = if open_firmware {
+            let d = dir.join("of-boot");
+            let grub = tree.join(crate::disk::prep::OS_GRUB_OF_DIR);
+            live::iso::of_boot_tree(&grub, &d, &self.work)
+                .context("preparing the ISO's Open Firmware boot files")?;
+            Some(d)
+        } else {
+            None
+        };
 
         let step = r.step("live-rootfs");
         let threads = crate::util::threads(lj.threads);
@@ -521,7 +550,12 @@ impl DiskJob {
         closed?;
         let secs = started.elapsed().as_secs_f64();
         step.done(&format!(
-            "{what} of the metal root with /boot and /boot/efi ({:.1} MiB, made in {secs:.1} s)",
+            "{what} of the metal root with /boot{} ({:.1} MiB, made in {secs:.1} s)",
+            if src.efi.is_some() {
+                " and /boot/efi"
+            } else {
+                ""
+            },
             std::fs::metadata(&img)?.len() as f64 / (1u64 << 20) as f64
         ));
         Ok(LiveStage {
@@ -530,12 +564,39 @@ impl DiskJob {
             dir,
             kernel,
             efiboot,
+            of_tree,
             menus,
             root_image: img,
             os_initramfs,
             features,
             notes,
         })
+    }
+
+    /// `efiboot.img`: the OS's EFI tree and a stub config that finds the ISO.
+    fn efiboot(&self, dir: &Path, volid: &str, efi_src: &Path, vendor: &str) -> Result<PathBuf> {
+        let stub = live::iso::efiboot_stub_cfg(volid, vendor);
+        let efiboot = dir.join("efiboot.img");
+        let efi_tree = dir.join("efi");
+        live::iso::efiboot_tree(efi_src, vendor, &efi_tree)
+            .context("preparing the EFI tree of efiboot.img")?;
+        let size = live::iso::efiboot_size(&efi_tree, 2 * stub.len() as u64)?;
+        let volid_hash = crate::util::sha256_hex(volid.as_bytes());
+        let fat_id = u32::from_str_radix(&volid_hash[..8], 16).expect("hex");
+        esp::build_esp_file(
+            &efiboot,
+            size,
+            512,
+            fat_id,
+            live::iso::EFIBOOT_LABEL,
+            &efi_tree,
+            &[
+                (format!("EFI/{vendor}/grub.cfg"), stub.clone().into_bytes()),
+                ("EFI/BOOT/grub.cfg".to_string(), stub.into_bytes()),
+            ],
+        )?;
+        std::fs::remove_dir_all(&efi_tree).ok();
+        Ok(efiboot)
     }
 
     /// A copy of the base's boot partition with the platform setting `b`
@@ -580,7 +641,14 @@ struct LiveTreeSrc<'a> {
     layout: &'a Layout,
     root: &'a Path,
     tree: &'a Path,
-    efi_src: &'a Path,
+    /// The ESP's content, on arches that boot EFI.
+    efi: Option<LiveEfi<'a>>,
+}
+
+/// The ESP of the base disk: the OS's EFI tree, its vendor directory and
+/// the stub configs added to it.
+struct LiveEfi<'a> {
+    src: &'a Path,
     vendor: &'a str,
     esp_files: &'a [(String, Vec<u8>)],
 }
@@ -713,11 +781,14 @@ fn live_tree(
             Some(h) => link(h)?,
             None => notes.push("live: the OS's kernel has no .hmac (/usr/lib/modules/<kver>/.vmlinuz.hmac), so the live /boot has the kernel only; osbuild requires one (FIPS boots check it)".to_string()),
         }
-        // /boot/efi: the ESP's files.
+        // /boot/efi: the ESP's files (arches without an ESP have none).
+        let Some(esp) = &src.efi else {
+            return Ok(());
+        };
         let efi = boot.join("efi");
         std::fs::create_dir_all(efi.join("EFI"))?;
-        copy_tree(src.efi_src, &efi.join("EFI"))?;
-        for (rel, data) in src.esp_files {
+        copy_tree(esp.src, &efi.join("EFI"))?;
+        for (rel, data) in esp.esp_files {
             let p = efi.join(rel);
             if let Some(d) = p.parent() {
                 std::fs::create_dir_all(d)?;

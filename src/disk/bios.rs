@@ -71,7 +71,6 @@ pub use super::grubcfg::{BOOT_LABEL, GRUB_DIR};
 /// `terminal` (console.cfg), `gzio` (compressed files), `halt`, `reboot`.
 /// grub-mkimage adds their dependencies from moddep.lst.
 pub const CORE_MODULES: &[&str] = &[
-    "biosdisk",
     "part_gpt",
     "ext2",
     "search",
@@ -94,13 +93,44 @@ pub const CORE_MODULES: &[&str] = &[
 /// errors on machines with an empty floppy drive; a mirrored /boot (RAID1
 /// superblock 1.0) is still found through a member, which reads as ext4.
 pub const OPTIONAL_MODULES: &[&str] = &["blscfg", "all_video"];
-/// Image files grub-mkimage and we need besides the modules.
-const IMAGES: &[&str] = &[
-    "boot.img",
-    "diskboot.img",
-    "kernel.img",
-    "lzma_decompress.img",
-];
+/// A GRUB platform whose core image this tool builds from the OS's modules.
+#[derive(Debug, Clone, Copy)]
+pub struct GrubTarget {
+    /// GRUB's platform name: grub-mkimage `-O` and the module directory.
+    pub name: &'static str,
+    /// The firmware's disk driver module, if not in the GRUB kernel.
+    pub disk_module: Option<&'static str>,
+    /// Image files grub-mkimage and we need besides the modules.
+    pub images: &'static [&'static str],
+    /// What boots with it, for messages.
+    pub firmware: &'static str,
+    /// The RPM that ships the modules on Fedora/RHEL, for messages.
+    pub package: &'static str,
+}
+
+/// PC BIOS (`/usr/lib/grub/i386-pc`).
+pub const I386_PC: GrubTarget = GrubTarget {
+    name: "i386-pc",
+    disk_module: Some("biosdisk"),
+    images: &[
+        "boot.img",
+        "diskboot.img",
+        "kernel.img",
+        "lzma_decompress.img",
+    ],
+    firmware: "BIOS",
+    package: "grub2-pc-modules",
+};
+
+/// Open Firmware on POWER (`/usr/lib/grub/powerpc-ieee1275`): disks are
+/// read through the firmware's own driver, built into GRUB's kernel.
+pub const POWERPC_IEEE1275: GrubTarget = GrubTarget {
+    name: "powerpc-ieee1275",
+    disk_module: None,
+    images: &["kernel.img"],
+    firmware: "Open Firmware (PReP)",
+    package: "grub2-ppc64le-modules",
+};
 
 /// What was installed.
 #[derive(Debug, Clone, Serialize)]
@@ -126,29 +156,34 @@ pub fn early_config() -> String {
     format!("search --no-floppy --label {BOOT_LABEL} --set root\nset prefix=($root)/{GRUB_DIR}\n")
 }
 
-fn missing(grub_dir: &Path, what: &str) -> anyhow::Error {
+fn missing(grub_dir: &Path, t: &GrubTarget, what: &str) -> anyhow::Error {
     anyhow::anyhow!(
-        "{} has no {what}: BIOS boot needs the OS's GRUB i386-pc modules \
-         (/usr/lib/grub/i386-pc in the OS tree, e.g. from grub2-pc-modules); \
+        "{} has no {what}: {} boot needs the OS's GRUB {} modules \
+         (/usr/lib/grub/{} in the OS tree, e.g. from {}); \
          this OS does not ship them",
-        grub_dir.display()
+        grub_dir.display(),
+        t.firmware,
+        t.name,
+        t.name,
+        t.package
     )
 }
 
-/// The module list for this GRUB directory; errors name the first missing file.
-pub fn core_modules(grub_dir: &Path) -> Result<Vec<String>> {
+/// The module list of a core image for `t` from this GRUB directory;
+/// errors name the first missing file.
+pub fn core_modules(grub_dir: &Path, t: &GrubTarget) -> Result<Vec<String>> {
     if !grub_dir.is_dir() {
-        return Err(missing(grub_dir, "directory"));
+        return Err(missing(grub_dir, t, "directory"));
     }
-    for f in IMAGES.iter().chain(&["moddep.lst"]) {
+    for f in t.images.iter().chain(&["moddep.lst"]) {
         if !grub_dir.join(f).is_file() {
-            return Err(missing(grub_dir, f));
+            return Err(missing(grub_dir, t, f));
         }
     }
     let mut mods = Vec::new();
-    for m in CORE_MODULES {
+    for m in t.disk_module.iter().chain(CORE_MODULES) {
         if !grub_dir.join(format!("{m}.mod")).is_file() {
-            return Err(missing(grub_dir, &format!("{m}.mod")));
+            return Err(missing(grub_dir, t, &format!("{m}.mod")));
         }
         mods.push(m.to_string());
     }
@@ -161,7 +196,7 @@ pub fn core_modules(grub_dir: &Path) -> Result<Vec<String>> {
 }
 
 /// The host's grub-mkimage (`grub2-mkimage` on Fedora/RHEL).
-fn mkimage_program() -> Result<&'static str> {
+pub fn mkimage_program() -> Result<&'static str> {
     ["grub2-mkimage", "grub-mkimage"]
         .into_iter()
         .find(|p| cmd::have(p))
@@ -223,6 +258,55 @@ fn make_boot_code(boot_img: &[u8], old_mbr: &[u8], core_lba: u64) -> Result<Vec<
     Ok(b)
 }
 
+/// Where a core image finds its config.
+pub enum CoreConfig<'a> {
+    /// [`early_config`]: the boot filesystem by label, then `/grub2/grub.cfg`.
+    BootFs,
+    /// A fixed prefix and no embedded config (`()/boot/grub`: the device
+    /// GRUB was loaded from, as grub-mkrescue builds a CD's image), plus
+    /// modules the device needs (`iso9660`).
+    Prefix(&'a str, &'a [&'a str]),
+}
+
+/// Build the core image of `t` with the host's grub-mkimage from the OS's
+/// modules in `grub_dir`, configured by `how`. Returns the program, the
+/// modules asked for and the image.
+pub fn make_core_image(
+    grub_dir: &Path,
+    t: &GrubTarget,
+    how: CoreConfig,
+    workdir: &Path,
+) -> Result<(&'static str, Vec<String>, Vec<u8>)> {
+    let mut modules = core_modules(grub_dir, t)?;
+    let prog = mkimage_program()?;
+    let out = workdir.join(format!("{}-core.img", t.name));
+    let mut c = cmd::new(prog, ["-O", t.name, "-d"]);
+    c.arg(grub_dir);
+    match how {
+        CoreConfig::BootFs => {
+            let cfg = workdir.join(format!("{}-early.cfg", t.name));
+            std::fs::write(&cfg, early_config())
+                .with_context(|| format!("writing {}", cfg.display()))?;
+            // -p is required by grub-mkimage; the embedded config replaces it.
+            c.arg("-p").arg(format!("/{GRUB_DIR}")).arg("-c").arg(&cfg);
+        }
+        CoreConfig::Prefix(prefix, extra) => {
+            for m in extra {
+                if !grub_dir.join(format!("{m}.mod")).is_file() {
+                    return Err(missing(grub_dir, t, &format!("{m}.mod")));
+                }
+                modules.push(m.to_string());
+            }
+            c.arg("-p").arg(prefix);
+        }
+    }
+    c.arg("-o").arg(&out);
+    c.args(&modules);
+    cmd::run(&mut c).with_context(|| format!("building the GRUB {} core image", t.name))?;
+    let payload = std::fs::read(&out).with_context(|| format!("reading {}", out.display()))?;
+    Ok((prog, modules, payload))
+}
+
 /// Install GRUB for BIOS: core image into the BIOS-BOOT partition of
 /// `layout`, `boot.img` into the MBR boot code area. The GPT (and its
 /// protective MBR from byte 440 on) must already be written or be written
@@ -245,26 +329,10 @@ pub fn install_bios(
         .iter()
         .find(|p| p.spec.label == "BIOS-BOOT")
         .context("the layout has no BIOS-BOOT partition")?;
-    let modules = core_modules(grub_dir)?;
+    let (prog, modules, payload) =
+        make_core_image(grub_dir, &I386_PC, CoreConfig::BootFs, workdir)?;
     let boot_img = read_sector(&grub_dir.join("boot.img"))?;
     let diskboot = read_sector(&grub_dir.join("diskboot.img"))?;
-    let prog = mkimage_program()?;
-
-    let cfg = workdir.join("bios-early.cfg");
-    std::fs::write(&cfg, early_config()).with_context(|| format!("writing {}", cfg.display()))?;
-    let out = workdir.join("bios-core.img");
-    // -p is required by grub-mkimage; the embedded config replaces it.
-    let mut c = cmd::new(prog, ["-O", "i386-pc", "-d"]);
-    c.arg(grub_dir)
-        .arg("-p")
-        .arg(format!("/{GRUB_DIR}"))
-        .arg("-c")
-        .arg(&cfg)
-        .arg("-o")
-        .arg(&out);
-    c.args(&modules);
-    cmd::run(&mut c).context("building the GRUB BIOS core image")?;
-    let payload = std::fs::read(&out).with_context(|| format!("reading {}", out.display()))?;
 
     let core_lba = part.start / SECTOR;
     let core = make_core(&payload, &diskboot, core_lba)?;
@@ -379,10 +447,10 @@ pub(crate) mod tests {
         // A directory with the images but without a needed module.
         let g = host_grub();
         let partial = tempfile::tempdir().unwrap();
-        for f in IMAGES.iter().chain(&["moddep.lst", "biosdisk.mod"]) {
+        for f in I386_PC.images.iter().chain(&["moddep.lst", "biosdisk.mod"]) {
             std::fs::copy(g.join(f), partial.path().join(f)).unwrap();
         }
-        let e = format!("{:#}", core_modules(partial.path()).unwrap_err());
+        let e = format!("{:#}", core_modules(partial.path(), &I386_PC).unwrap_err());
         assert!(e.contains("has no part_gpt.mod"), "{e}");
     }
 
@@ -433,7 +501,7 @@ pub(crate) mod tests {
         );
         assert_eq!(u16::from_le_bytes(e[10..12].try_into().unwrap()), 0x820);
         assert!(core[0x1e8..0x1f4].iter().all(|b| *b == 0));
-        let payload = std::fs::read(work.path().join("bios-core.img")).unwrap();
+        let payload = std::fs::read(work.path().join("i386-pc-core.img")).unwrap();
         assert_eq!(core[512..payload.len()], payload[512..]);
 
         // Independent readers still see the GPT, and file(1) a GRUB MBR.

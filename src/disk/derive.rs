@@ -121,8 +121,15 @@ pub fn table_patches(
 ) -> Result<Vec<Patch>> {
     let disk = layout.disk_size;
     let mut f = crate::io::create_sized(path, disk)?;
-    // The head: the first 2 MiB are MBR + GPT + BIOS-BOOT (the ESP starts at 2 MiB).
-    let head = 2 * MIB;
+    // The head: MBR + GPT up to the first partition; on disks that do not
+    // boot BIOS also BIOS-BOOT (if the arch has one), zeroed. The first
+    // partitions of other arches (PReP with GRUB, reserved) come from the
+    // base disk as they are.
+    let first = layout.parts.iter().map(|p| p.start).min().unwrap_or(MIB);
+    let head = match layout.find("BIOS-BOOT") {
+        Some(b) if !bios => b.start + b.size,
+        _ => first,
+    };
     if bios {
         let mut b = vec![0u8; head as usize];
         read_file_at(base, &mut b, 0)?;

@@ -31,7 +31,12 @@ pub fn guid_bytes(s: &str) -> Result<[u8; 16]> {
 fn entry_array(l: &Layout) -> Result<Vec<u8>> {
     let ss = l.sector_size;
     let mut arr = vec![0u8; (ENTRIES * ENTRY_SIZE) as usize];
-    for (i, p) in l.parts.iter().enumerate() {
+    for p in &l.parts {
+        // The entry's index is the partition number (s390x leaves 1 and 2 empty).
+        let i = (p.spec.number as usize)
+            .checked_sub(1)
+            .filter(|i| *i < ENTRIES as usize)
+            .with_context(|| format!("partition number {} out of range", p.spec.number))?;
         let e = &mut arr[i * ENTRY_SIZE as usize..(i + 1) * ENTRY_SIZE as usize];
         e[0..16].copy_from_slice(&guid_bytes(p.spec.type_guid)?);
         e[16..32].copy_from_slice(&guid_bytes(p.spec.part_guid)?);
@@ -193,6 +198,45 @@ mod tests {
                     .unwrap();
                 let out = String::from_utf8_lossy(&o.stdout);
                 assert!(out.contains("No problems found"), "{out}");
+            }
+        }
+    }
+
+    /// The ppc64le and s390x tables as sfdisk reads them: what cosa's
+    /// manifests make (s390x's boot and root at node numbers 3 and 4).
+    #[test]
+    fn ppc64le_and_s390x_tables_read_back() {
+        for (arch, want) in [
+            ("ppc64le", vec![(1, 1), (2, 5), (3, 6), (4, 390)]),
+            ("s390x", vec![(3, 1), (4, 385)]),
+        ] {
+            for ss in [512u64, 4096] {
+                let f = tempfile::NamedTempFile::new().unwrap();
+                let size = 3 << 30;
+                f.as_file().set_len(size).unwrap();
+                let l = Layout::new(arch, size, ss).unwrap();
+                write(&mut f.as_file(), &l, DISK_GUID).unwrap();
+                let j = sfdisk_json(f.path(), ss);
+                let parts = j["partitiontable"]["partitions"]
+                    .as_array()
+                    .unwrap()
+                    .clone();
+                let got: Vec<(u64, u64)> = parts
+                    .iter()
+                    .map(|p| {
+                        let node = p["node"].as_str().unwrap();
+                        let n = node[node.len() - 1..].parse().unwrap();
+                        (n, p["start"].as_u64().unwrap() * ss / MIB)
+                    })
+                    .collect();
+                assert_eq!(got, want, "{arch} {ss}");
+                for (p, spec) in parts.iter().zip(&l.parts) {
+                    assert_eq!(
+                        p["type"].as_str().unwrap().to_uppercase(),
+                        spec.spec.type_guid
+                    );
+                    assert_eq!(p["name"], spec.spec.label);
+                }
             }
         }
     }

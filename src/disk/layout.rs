@@ -96,14 +96,56 @@ pub const AARCH64: [PartSpec; 4] = [
     root("B921B045-1DF0-41C3-AF44-4C6F280D3FAE"),
 ];
 
+/// The PReP boot partition's label (cosa's partition name): GRUB's
+/// powerpc-ieee1275 core image is written raw into it, and Open Firmware
+/// (SLOF, PowerVM) loads it from there.
+pub const PREP_LABEL: &str = "PowerPC-PReP-boot";
+
+/// ppc64le (cosa `coreos.osbuild.ppc64le.mpp.yaml`): a 4 MiB PReP boot
+/// partition (`ppc_prep_size_mb`), a 1 MiB `reserved`, boot, and root with
+/// the ppc64le root type. No ESP: boot, root and everything after them sit
+/// 124 MiB further down than on x86_64 (partitions follow each other from
+/// 1 MiB, as osbuild's sfdisk places them without explicit starts).
+pub const PPC64LE: [PartSpec; 4] = [
+    PartSpec {
+        number: 1,
+        label: PREP_LABEL,
+        type_guid: "9E1A2D38-C612-4316-AA26-8B49521E5A8B",
+        part_guid: "00000000-0000-4000-a000-000000000101",
+        size: Some(4 * MIB),
+        fs: Fs::None,
+        fs_label: None,
+        fs_uuid: None,
+    },
+    PartSpec {
+        number: 2,
+        label: "reserved",
+        type_guid: "8DA63339-0007-60C0-C436-083AC8230908",
+        part_guid: "00000000-0000-4000-a000-000000000102",
+        size: Some(MIB),
+        fs: Fs::None,
+        fs_label: None,
+        fs_uuid: None,
+    },
+    BOOT,
+    root("C31C45E6-3F39-412E-80FB-4809C4980599"),
+];
+
+/// s390x (cosa `coreos.osbuild.s390x.mpp.yaml`): boot and root only, kept
+/// at partition numbers 3 and 4 (`partnum`) so device names match the other
+/// arches; GPT entries 1 and 2 stay empty. zipl's boot record goes in the
+/// first sector and its bootmap file in the boot filesystem.
+pub const S390X: [PartSpec; 2] = [BOOT, root("5EEAD9A9-FE09-4A1E-A1D7-520D00531306")];
+
 /// The partition table of `arch` (the OS image's architecture).
 pub fn table(arch: &str) -> Result<&'static [PartSpec]> {
     match arch {
         "x86_64" => Ok(&X86_64),
         "aarch64" => Ok(&AARCH64),
+        "ppc64le" => Ok(&PPC64LE),
+        "s390x" => Ok(&S390X),
         other => bail!(
-            "no disk layout for architecture {other} yet (built: x86_64, aarch64; \
-             ppc64le needs its PReP boot partition, s390x a zipl boot record)"
+            "no disk layout for architecture {other} (known: x86_64, aarch64, ppc64le, s390x)"
         ),
     }
 }
@@ -288,9 +330,58 @@ mod tests {
                 (q.start, q.size, q.spec.fs_uuid)
             );
         }
-        let e = Layout::new("ppc64le", 10 << 30, 512)
+        let e = Layout::new("riscv64", 10 << 30, 512)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("ppc64le") && e.contains("PReP"), "{e}");
+        assert!(e.contains("riscv64") && e.contains("ppc64le"), "{e}");
+    }
+
+    /// cosa's ppc64le and s390x manifests: PReP 4 MiB + reserved 1 MiB, then
+    /// boot and root right after; s390x boot and root only, numbered 3 and 4.
+    #[test]
+    fn ppc64le_and_s390x_tables() {
+        for ss in [512, 4096] {
+            let p = Layout::new("ppc64le", 10 << 30, ss).unwrap();
+            let got: Vec<_> = p
+                .parts
+                .iter()
+                .map(|x| (x.spec.number, x.spec.label, x.start / MIB))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    (1, PREP_LABEL, 1),
+                    (2, "reserved", 5),
+                    (3, "boot", 6),
+                    (4, "root", 390)
+                ]
+            );
+            assert_eq!(p.part(PREP_LABEL).size, 4 * MIB);
+            assert_eq!(
+                p.part(PREP_LABEL).spec.type_guid,
+                "9E1A2D38-C612-4316-AA26-8B49521E5A8B"
+            );
+            assert_eq!(
+                p.part("root").spec.type_guid,
+                "C31C45E6-3F39-412E-80FB-4809C4980599"
+            );
+            assert!(p.find("EFI-SYSTEM").is_none());
+            let z = Layout::new("s390x", 10 << 30, ss).unwrap();
+            let got: Vec<_> = z
+                .parts
+                .iter()
+                .map(|x| (x.spec.number, x.spec.label, x.start / MIB))
+                .collect();
+            assert_eq!(got, [(3, "boot", 1), (4, "root", 385)]);
+            assert_eq!(
+                z.part("root").spec.type_guid,
+                "5EEAD9A9-FE09-4A1E-A1D7-520D00531306"
+            );
+            let d = Layout::disk_size_for_root("s390x", 1 << 30).unwrap();
+            assert_eq!(
+                Layout::new("s390x", d, ss).unwrap().part("root").size,
+                1 << 30
+            );
+        }
     }
 }

@@ -8,3 +8,4 @@ pub mod gpt;
 pub mod grubcfg;
 pub mod layout;
 pub mod mkfs;
+pub mod prep;

@@ -77,6 +77,8 @@ const SCAN_BLOCK: usize = 4 << 20;
 const MODE: u64 = 0o644;
 /// Owner recorded for the member (uid/gid 0).
 const OWNER: &str = "root";
+/// Type flag of a regular file (POSIX `REGTYPE`).
+const TYPE_REGULAR: u8 = b'0';
 /// Type flag of an old GNU sparse file (GNU tar `GNUTYPE_SPARSE`).
 const TYPE_GNU_SPARSE: u8 = b'S';
 /// Magic and version of the old GNU format: `"ustar  \0"` (GNU tar
@@ -275,6 +277,25 @@ impl<'a> TarView<'a> {
     /// makes it: sorted, disjoint, block-aligned except at the disk's end)
     /// and member mtime `mtime`.
     pub fn new(disk: &'a dyn DiskView, map: Vec<Range<u64>>, mtime: u64) -> Result<Self> {
+        Self::with_members(disk, map, mtime, DISK_NAME, &[])
+    }
+
+    /// The archive with regular members `leading` (name, content) first,
+    /// then the disk as the sparse member `disk_name` (cosa's powervs OVA:
+    /// `coreos.ovf`, then `<image>-disk.raw`).
+    pub fn with_members(
+        disk: &'a dyn DiskView,
+        map: Vec<Range<u64>>,
+        mtime: u64,
+        disk_name: &str,
+        leading: &[(&str, &[u8])],
+    ) -> Result<Self> {
+        for name in leading.iter().map(|m| m.0).chain([disk_name]) {
+            ensure!(
+                !name.is_empty() && name.len() < 100,
+                "tar member name {name:?} must be 1 to 99 bytes (the old GNU header's name field)"
+            );
+        }
         let len = disk.len();
         let mut prev_end = 0;
         for r in &map {
@@ -295,7 +316,11 @@ impl<'a> TarView<'a> {
             entries.push((len, 0));
         }
         let stored: u64 = entries.iter().map(|e| e.1).sum();
-        let header = headers(&entries, len, stored, mtime);
+        let mut header = Vec::new();
+        for (name, data) in leading {
+            header.extend(regular_member(name, data, mtime));
+        }
+        header.extend(headers(disk_name, &entries, len, stored, mtime));
         let mut segments = Vec::with_capacity(map.len());
         let mut tar = header.len() as u64;
         for r in &map {
@@ -378,24 +403,57 @@ impl DiskView for TarView<'_> {
     }
 }
 
+/// The fields every member header shares: name, mode, owner, size, mtime,
+/// type and the old GNU magic.
+fn common_header(main: &mut [u8], name: &str, size: u64, mtime: u64, typeflag: u8) {
+    main[hdr::NAME..hdr::NAME + name.len()].copy_from_slice(name.as_bytes());
+    put_num(main, hdr::MODE, MODE);
+    put_num(main, hdr::UID, 0);
+    put_num(main, hdr::GID, 0);
+    put_num(main, hdr::SIZE, size);
+    put_num(main, hdr::MTIME, mtime);
+    main[hdr::TYPEFLAG] = typeflag;
+    main[hdr::MAGIC..hdr::MAGIC + 8].copy_from_slice(OLDGNU_MAGIC);
+    main[hdr::UNAME..hdr::UNAME + OWNER.len()].copy_from_slice(OWNER.as_bytes());
+    main[hdr::GNAME..hdr::GNAME + OWNER.len()].copy_from_slice(OWNER.as_bytes());
+}
+
+/// Header checksum: byte sum with the field read as spaces, written as
+/// six octal digits, NUL, space (GNU tar `finish_header`).
+fn finish_header(main: &mut [u8]) {
+    let (at, width) = hdr::CHKSUM;
+    main[at..at + width].fill(b' ');
+    let sum: u64 = main.iter().map(|&b| b as u64).sum();
+    let digits = format!("{sum:06o}");
+    main[at..at + 6].copy_from_slice(digits.as_bytes());
+    main[at + 6] = 0;
+    main[at + 7] = b' ';
+}
+
+/// A regular file member: its header and its data padded to whole blocks.
+fn regular_member(name: &str, data: &[u8], mtime: u64) -> Vec<u8> {
+    let mut out = vec![0u8; BLOCK as usize + (data.len() as u64).next_multiple_of(BLOCK) as usize];
+    common_header(
+        &mut out[..BLOCK as usize],
+        name,
+        data.len() as u64,
+        mtime,
+        TYPE_REGULAR,
+    );
+    finish_header(&mut out[..BLOCK as usize]);
+    out[BLOCK as usize..BLOCK as usize + data.len()].copy_from_slice(data);
+    out
+}
+
 /// Main header and extension blocks for the sparse `entries` (offset,
-/// length) of a member of `realsize` bytes storing `stored` bytes.
-fn headers(entries: &[(u64, u64)], realsize: u64, stored: u64, mtime: u64) -> Vec<u8> {
+/// length) of a member `name` of `realsize` bytes storing `stored` bytes.
+fn headers(name: &str, entries: &[(u64, u64)], realsize: u64, stored: u64, mtime: u64) -> Vec<u8> {
     let extra = entries.len().saturating_sub(HEADER_ENTRIES);
     let ext_blocks = extra.div_ceil(EXT_ENTRIES);
     let mut out = vec![0u8; (1 + ext_blocks) * BLOCK as usize];
     let (main, exts) = out.split_at_mut(BLOCK as usize);
 
-    main[hdr::NAME..hdr::NAME + DISK_NAME.len()].copy_from_slice(DISK_NAME.as_bytes());
-    put_num(main, hdr::MODE, MODE);
-    put_num(main, hdr::UID, 0);
-    put_num(main, hdr::GID, 0);
-    put_num(main, hdr::SIZE, stored);
-    put_num(main, hdr::MTIME, mtime);
-    main[hdr::TYPEFLAG] = TYPE_GNU_SPARSE;
-    main[hdr::MAGIC..hdr::MAGIC + 8].copy_from_slice(OLDGNU_MAGIC);
-    main[hdr::UNAME..hdr::UNAME + OWNER.len()].copy_from_slice(OWNER.as_bytes());
-    main[hdr::GNAME..hdr::GNAME + OWNER.len()].copy_from_slice(OWNER.as_bytes());
+    common_header(main, name, stored, mtime, TYPE_GNU_SPARSE);
     let (first, rest) = entries.split_at(entries.len().min(HEADER_ENTRIES));
     put_entries(&mut main[hdr::SPARSE..], first);
     main[hdr::ISEXTENDED] = u8::from(ext_blocks > 0);
@@ -410,15 +468,7 @@ fn headers(entries: &[(u64, u64)], realsize: u64, stored: u64, mtime: u64) -> Ve
         block[hdr::EXT_ISEXTENDED] = u8::from(k + 1 < ext_blocks);
     }
 
-    // Header checksum: byte sum with the field read as spaces, written as
-    // six octal digits, NUL, space (GNU tar `finish_header`).
-    let (at, width) = hdr::CHKSUM;
-    main[at..at + width].fill(b' ');
-    let sum: u64 = main.iter().map(|&b| b as u64).sum();
-    let digits = format!("{sum:06o}");
-    main[at..at + 6].copy_from_slice(digits.as_bytes());
-    main[at + 6] = 0;
-    main[at + 7] = b' ';
+    finish_header(main);
     out
 }
 

@@ -3,6 +3,7 @@
 pub mod gcp;
 pub mod oci;
 pub mod ova;
+pub mod powervs;
 pub mod qcow2;
 pub mod vhd;
 pub mod vhdx;
@@ -35,6 +36,8 @@ pub enum Format {
     Vhdx,
     /// GCP: oldgnu tar holding a sparse `disk.raw`, gzip'd.
     GcpTar,
+    /// PowerVS: oldgnu tar of `coreos.ovf` and a sparse raw disk, gzip'd.
+    PowerVsOva,
     /// An OCI image archive whose one layer holds `/disk/<artifact>.qcow2`
     /// (a KubeVirt containerDisk).
     OciArchive,
@@ -67,6 +70,7 @@ impl Format {
             Format::Vhd => "fixed VHD",
             Format::Vhdx => "VHDX (dynamic)",
             Format::GcpTar => "tar.gz with sparse disk.raw (oldgnu)",
+            Format::PowerVsOva => "ova.gz: tar of coreos.ovf and a sparse raw disk (cosa powervs)",
             Format::OciArchive => "OCI archive, layer /disk/<name>.qcow2 (containerDisk)",
             Format::Live => "live ISO + PXE kernel/initramfs/rootfs",
         }
@@ -90,6 +94,8 @@ pub struct EncodeCtx<'a> {
     /// OS name and version (`rhcos`, `418.94...`).
     pub name: &'a str,
     pub version: &'a str,
+    /// What the OS is, in words (cosa's `summary`; here os-release `NAME`).
+    pub summary: &'a str,
     /// The artifact's file name without a compression extension (a VMDK's
     /// extent name).
     pub file: &'a str,
@@ -162,6 +168,15 @@ pub fn encode(
         }
         Format::GcpTar => {
             gcp::write_gcp_tar_gz(view, out, c.threads, prog)?;
+        }
+        Format::PowerVsOva => {
+            let image = format!("{}-{}", c.name, c.version);
+            let description = format!("{} {} {}", c.name, c.summary, c.version);
+            let p = powervs::PowerVs {
+                image: &image,
+                description: &description,
+            };
+            powervs::write_powervs_ova_gz(view, out, &p, c.mtime, c.threads, prog)?;
         }
         Format::OciArchive => {
             // The qcow2 (uncompressed, as osbuild writes it) inside the

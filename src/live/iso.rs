@@ -111,14 +111,81 @@ pub struct IsoInput<'a> {
     pub kernel: &'a Path,
     pub initramfs: &'a Path,
     pub rootfs: &'a Path,
-    pub efiboot: &'a Path,
     pub menus: &'a Rendered,
-    /// ISOLINUX for BIOS boot; `None`: EFI only (every arch but x86_64).
-    pub syslinux: Option<&'a Syslinux>,
+    /// How machines boot the ISO.
+    pub boot: IsoBoot<'a>,
     /// Seconds since the epoch for the volume dates (reproducible output).
     pub mtime: i64,
     /// `coreos/features.json`.
     pub features: &'a [u8],
+}
+
+/// How the ISO boots.
+pub enum IsoBoot<'a> {
+    /// UEFI from `images/efiboot.img` (El Torito), plus BIOS with ISOLINUX
+    /// when given (x86_64; every other EFI arch boots EFI only).
+    Efi {
+        efiboot: &'a Path,
+        syslinux: Option<&'a Syslinux>,
+    },
+    /// Open Firmware (ppc64le: SLOF, PowerVM): the CHRP boot files made by
+    /// [`of_boot_tree`] in this directory, merged into the ISO's root.
+    OpenFirmware { tree: &'a Path },
+}
+
+impl IsoBoot<'_> {
+    fn syslinux(&self) -> Option<&Syslinux> {
+        match self {
+            IsoBoot::Efi { syslinux, .. } => *syslinux,
+            IsoBoot::OpenFirmware { .. } => None,
+        }
+    }
+}
+
+/// Where Open Firmware finds the CHRP boot script and GRUB (the paths
+/// grub-mkrescue uses for powerpc-ieee1275, which osbuild runs for ppc64le).
+pub const OF_BOOTINFO: &str = "ppc/bootinfo.txt";
+pub const OF_GRUB_ELF: &str = "boot/grub/powerpc.elf";
+const OF_MODULE_DIR: &str = "boot/grub/powerpc-ieee1275";
+/// The prefix of the CD's core image: the device GRUB was loaded from.
+const OF_PREFIX: &str = "()/boot/grub";
+/// What the CD's core image reads besides the disk modules.
+const OF_CD_MODULES: &[&str] = &["iso9660", "part_msdos", "part_apple"];
+
+/// The Open Firmware boot files of the ISO, as grub-mkrescue lays them out
+/// for powerpc-ieee1275 (GRUB `util/grub-mkrescue.c`), from the OS's GRUB
+/// modules in `grub_dir`, into `dst`: `boot/grub/powerpc.elf` (a core image
+/// with prefix `()/boot/grub`), the modules in `boot/grub/powerpc-ieee1275/`,
+/// `ppc/bootinfo.txt` (the OS's, whose boot script loads powerpc.elf) and
+/// the empty `ppc/chrp/`. grub-mkrescue's HFS+/Apple Partition Map parts
+/// (for PowerMacs) are left out: POWER firmware reads ISO 9660.
+pub fn of_boot_tree(grub_dir: &Path, dst: &Path, workdir: &Path) -> Result<()> {
+    use crate::disk::bios::{self, CoreConfig, POWERPC_IEEE1275};
+    let (_, _, core) = bios::make_core_image(
+        grub_dir,
+        &POWERPC_IEEE1275,
+        CoreConfig::Prefix(OF_PREFIX, OF_CD_MODULES),
+        workdir,
+    )?;
+    put(dst, OF_GRUB_ELF, &core)?;
+    bios::copy_modules(grub_dir, &dst.join(OF_MODULE_DIR))?;
+    let info = grub_dir.join("bootinfo.txt");
+    let text = std::fs::read(&info).with_context(|| {
+        format!(
+            "reading {} (GRUB's CHRP boot script, shipped with the powerpc-ieee1275 modules)",
+            info.display()
+        )
+    })?;
+    let want = OF_GRUB_ELF.replace('/', "\\");
+    if !String::from_utf8_lossy(&text).contains(&format!("\\{want}")) {
+        bail!(
+            "{}: its boot-script does not load \\{want}, where the ISO's GRUB is",
+            info.display()
+        );
+    }
+    put(dst, OF_BOOTINFO, &text)?;
+    std::fs::create_dir_all(dst.join("ppc/chrp"))?;
+    Ok(())
 }
 
 /// Hard-link `src` to `dst` (same filesystem), else copy it.
@@ -140,19 +207,27 @@ fn put(root: &Path, rel: &str, data: &[u8]) -> Result<()> {
 
 /// Lay the ISO tree (SPEC 5) out in `stage` (an empty directory).
 pub fn stage_tree(stage: &Path, i: &IsoInput) -> Result<()> {
-    for d in ["isolinux", "images/pxeboot", "coreos", "EFI"] {
+    for d in ["images/pxeboot", "coreos"] {
         std::fs::create_dir_all(stage.join(d))?;
     }
     link_or_copy(i.kernel, &stage.join("images/pxeboot/vmlinuz"))?;
     link_or_copy(i.initramfs, &stage.join("images/pxeboot/initrd.img"))?;
     link_or_copy(i.rootfs, &stage.join("images/pxeboot/rootfs.img"))?;
-    link_or_copy(i.efiboot, &stage.join(EFIBOOT_IN_ISO))?;
+    match &i.boot {
+        IsoBoot::Efi { efiboot, .. } => {
+            for d in ["isolinux", "EFI"] {
+                std::fs::create_dir_all(stage.join(d))?;
+            }
+            link_or_copy(efiboot, &stage.join(EFIBOOT_IN_ISO))?;
+        }
+        IsoBoot::OpenFirmware { tree } => copy_into(tree, stage)?,
+    }
     let ign = crate::io::create_sized(&stage.join("images/ignition.img"), IGNITION_IMG_SIZE)?;
     drop(ign);
     for f in &i.menus.files {
         put(stage, &f.path, &f.data)?;
     }
-    if let Some(sys) = i.syslinux {
+    if let Some(sys) = i.boot.syslinux() {
         stage_isolinux(stage, i, sys)?;
     }
     put(stage, "coreos/igninfo.json", &super::igninfo_json())?;
@@ -163,6 +238,21 @@ pub fn stage_tree(stage: &Path, i: &IsoInput) -> Result<()> {
         super::miniso::DATA_FILE_SIZE,
     )?;
     drop(md);
+    Ok(())
+}
+
+/// Copy the files and directories of `from` into `to` (merged).
+fn copy_into(from: &Path, to: &Path) -> Result<()> {
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e?;
+        let dst = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            std::fs::create_dir_all(&dst)?;
+            copy_into(&e.path(), &dst)?;
+        } else {
+            link_or_copy(&e.path(), &dst)?;
+        }
+    }
     Ok(())
 }
 
@@ -205,20 +295,25 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
     let mut a: Vec<std::ffi::OsString> = Vec::new();
     let s = |a: &mut Vec<std::ffi::OsString>, v: &[&str]| a.extend(v.iter().map(|x| x.into()));
     s(&mut a, &["-as", "mkisofs", "-quiet"]);
-    s(
-        &mut a,
-        &[
-            "-V",
-            i.volid,
-            "-volset",
-            i.volid,
-            "-R",
-            "-J",
-            "-joliet-long",
-        ],
-    );
+    s(&mut a, &["-V", i.volid, "-volset", i.volid]);
     s(&mut a, &[&format!("--modification-date={date}")]);
-    match i.syslinux {
+    let (efiboot, syslinux) = match &i.boot {
+        IsoBoot::Efi { efiboot, syslinux } => (efiboot, syslinux),
+        // grub-mkrescue's ISO for powerpc-ieee1275 (osbuild ppc64le):
+        // Rock Ridge with rationalised modes, no Joliet, system id PPC, and
+        // a protective MBR; Open Firmware runs ppc/bootinfo.txt.
+        IsoBoot::OpenFirmware { .. } => {
+            s(
+                &mut a,
+                &["-r", "-sysid", "PPC", "--protective-msdos-label", "-o"],
+            );
+            a.push(out.as_os_str().to_owned());
+            a.push(stage.as_os_str().to_owned());
+            return a;
+        }
+    };
+    s(&mut a, &["-R", "-J", "-joliet-long"]);
+    match syslinux {
         Some(sys) => {
             s(
                 &mut a,
@@ -252,8 +347,9 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
         &mut a,
         &["-partition_offset", "16", "-append_partition", "2", "0xef"],
     );
+    let _ = efiboot;
     a.push(stage.join(EFIBOOT_IN_ISO).into_os_string());
-    if i.syslinux.is_some() {
+    if syslinux.is_some() {
         a.push("-eltorito-alt-boot".into());
     }
     s(&mut a, &["-e", EFIBOOT_IN_ISO, "-no-emul-boot", "-o"]);
@@ -490,14 +586,17 @@ mod tests {
             &kargs,
         )
         .unwrap();
+        let efiboot = p("efiboot.img");
         let i = IsoInput {
             volid: &volid,
             kernel: &p("vmlinuz"),
             initramfs: &p("initrd"),
             rootfs: &p("rootfs"),
-            efiboot: &p("efiboot.img"),
             menus: &menus,
-            syslinux: Some(&sys),
+            boot: IsoBoot::Efi {
+                efiboot: &efiboot,
+                syslinux: Some(&sys),
+            },
             mtime: 1_700_000_000,
             features: &crate::live::features_json(None),
         };

@@ -444,6 +444,56 @@ menuentry '{title} (Live)' {{
     ]
 }
 
+/// The s390x kernel parameter template (fedora-coreos-config `live/`);
+/// osbuild uses it for s390x's `images/*.prm` and drops it from every ISO.
+pub const ZIPL_PRM: &str = "zipl.prm";
+/// Where an Open Firmware ISO's GRUB menu goes (osbuild
+/// `genisoargs_ppc64le`; GRUB's CD image reads `()/boot/grub/grub.cfg`).
+pub const OF_GRUB_CFG: &str = "boot/grub/grub.cfg";
+
+/// The templates as the ISO of an arch carries them (osbuild
+/// `org.osbuild.coreos.live-artifacts.mono`): `zipl.prm` never goes in
+/// (s390x makes its `.prm` files from it, not built here). With
+/// `open_firmware` (ppc64le) the one `EFI/<vendor>/grub.cfg` becomes
+/// `boot/grub/grub.cfg`, and `EFI/` and `isolinux/` are dropped (GRUB for
+/// Open Firmware boots the ISO; there is no EFI or BIOS boot).
+pub fn place_templates(templates: Vec<Template>, open_firmware: bool) -> Result<Vec<Template>> {
+    let mut out: Vec<Template> = templates
+        .into_iter()
+        .filter(|t| t.path != ZIPL_PRM)
+        .collect();
+    if !open_firmware {
+        return Ok(out);
+    }
+    let is_efi_cfg = |t: &Template| {
+        let p: Vec<&str> = t.path.split('/').collect();
+        p.len() == 3 && p[0] == "EFI" && !p[1].eq_ignore_ascii_case("BOOT") && p[2] == "grub.cfg"
+    };
+    let cfgs: Vec<String> = out
+        .iter()
+        .filter(|t| is_efi_cfg(t))
+        .map(|t| t.path.clone())
+        .collect();
+    if cfgs.len() != 1 {
+        bail!(
+            "the live menu templates must have exactly one EFI/<vendor>/grub.cfg to become the \
+             Open Firmware ISO's {OF_GRUB_CFG} (as osbuild moves it); found {}",
+            if cfgs.is_empty() {
+                "none".to_string()
+            } else {
+                cfgs.join(", ")
+            }
+        );
+    }
+    for t in &mut out {
+        if is_efi_cfg(t) {
+            t.path = OF_GRUB_CFG.to_string();
+        }
+    }
+    out.retain(|t| !t.path.starts_with("EFI/") && !t.path.starts_with("isolinux/"));
+    Ok(out)
+}
+
 /// One karg embed area: `path` in the ISO, `offset` of the kargs in it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EmbedArea {
@@ -808,6 +858,42 @@ mod tests {
         assert_eq!(j["default"], r.kargs);
         assert_eq!(j["size"], r.kargs.len() + 1 + 1023);
         assert_eq!(j["files"][1]["offset"], r.areas[1].offset);
+    }
+
+    #[test]
+    fn templates_are_placed_per_firmware() {
+        let t = |p: &str| Template {
+            path: p.into(),
+            data: b"x".to_vec(),
+        };
+        let all = vec![
+            t("EFI/redhat/grub.cfg"),
+            t("EFI/BOOT/grub.cfg"),
+            t("isolinux/isolinux.cfg"),
+            t("zipl.prm"),
+            t("README.txt"),
+        ];
+        let paths = |v: Vec<Template>| v.into_iter().map(|t| t.path).collect::<Vec<_>>();
+        assert_eq!(
+            paths(place_templates(all.clone(), false).unwrap()),
+            [
+                "EFI/redhat/grub.cfg",
+                "EFI/BOOT/grub.cfg",
+                "isolinux/isolinux.cfg",
+                "README.txt"
+            ]
+        );
+        assert_eq!(
+            paths(place_templates(all, true).unwrap()),
+            [OF_GRUB_CFG, "README.txt"]
+        );
+        let e = place_templates(vec![t("isolinux/isolinux.cfg")], true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("EFI/<vendor>/grub.cfg") && e.contains("none"),
+            "{e}"
+        );
     }
 
     #[test]

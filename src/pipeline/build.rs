@@ -220,9 +220,15 @@ impl Builder<'_> {
             kernel: &st.kernel,
             initramfs: &st.initramfs,
             rootfs: &st.rootfs,
-            efiboot: &st.efiboot,
             menus: &st.menus,
-            syslinux: self.syslinux.as_ref(),
+            boot: match (&st.efiboot, &st.of_tree) {
+                (Some(efiboot), _) => live::iso::IsoBoot::Efi {
+                    efiboot,
+                    syslinux: self.syslinux.as_ref(),
+                },
+                (None, Some(tree)) => live::iso::IsoBoot::OpenFirmware { tree },
+                (None, None) => anyhow::bail!("the live stage made no boot files for the ISO"),
+            },
             mtime: self.os.timestamp,
             features: &st.features,
         };
@@ -458,8 +464,9 @@ impl Builder<'_> {
             &self.work.join(format!("table-{}.img", art.platform)),
         )?;
         patches.push(Patch::from_file(boot_img, boot_p.start, boot_p.size)?);
-        if art.sector_size == 4096 {
-            let esp_p = base.layout.part("EFI-SYSTEM");
+        // The ESP's FAT depends on the sector size (arches without an ESP
+        // have nothing sector-size dependent outside the table).
+        if let (4096, Some(esp_p)) = (art.sector_size, base.layout.find("EFI-SYSTEM")) {
             let p = base.esp4k.as_ref().context("4K ESP")?;
             patches.push(Patch::from_file(p, esp_p.start, esp_p.size)?);
         }
@@ -588,9 +595,15 @@ impl Builder<'_> {
     ) -> Result<Option<crate::formats::qcow2::SharedBlocks>> {
         let img = &self.os.config.image;
         let arch = &self.plan.release.arch;
+        let summary = self
+            .os
+            .os_release
+            .get("NAME")
+            .map_or("Linux", String::as_str);
         let ctx = crate::formats::EncodeCtx {
             name: &self.plan.name,
             version: &self.plan.version,
+            summary,
             file: &self.uncompressed_name(art),
             platform: &art.platform,
             arch,

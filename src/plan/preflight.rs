@@ -219,9 +219,26 @@ pub fn check_bootloader(
     commit: &str,
     plan: &Plan,
 ) -> Result<()> {
+    let arch = &plan.disk.arch;
+    let boots_with = crate::platforms::arch_boot(arch);
     let efi = format!("/{OS_EFI_DIR}");
-    if repo.list_dir(commit, &efi)?.map_or(true, |v| v.is_empty()) {
+    if boots_with.efi && repo.list_dir(commit, &efi)?.map_or(true, |v| v.is_empty()) {
         bail!("the OS has no GRUB for UEFI: {efi} is missing or empty in commit {} (CoreOS ships its EFI binaries there via bootupd); cannot build a bootable disk: use a release whose OS ships its bootloader (bootupd's EFI directory)", input::short(commit));
+    }
+    if boots_with.prep {
+        let dir = format!("/{}", crate::disk::prep::OS_GRUB_OF_DIR);
+        let ok = repo
+            .list_dir(commit, &dir)?
+            .is_some_and(|v| v.iter().any(|(_, n)| n == "kernel.img"));
+        if !ok {
+            bail!("the OS has no GRUB for Open Firmware: {dir}/kernel.img is missing in commit {}; {arch} machines boot GRUB powerpc-ieee1275 from the PReP partition; use an OS image that ships grub2-ppc64le-modules (as RHCOS does)", input::short(commit));
+        }
+    }
+    if boots_with.zipl {
+        bail!("{arch} disks boot through a zipl boot record, which this tool does not write yet; build the {arch} live PXE files (`live`) instead, or build the disks with coreos-assembler");
+    }
+    if !(boots_with.efi || boots_with.prep) {
+        bail!("this tool does not know how {arch} machines boot (known: x86_64, aarch64, ppc64le)");
     }
     if plan.artifacts.iter().any(|x| x.bios) {
         let dir = format!("/{OS_GRUB_BIOS_DIR}");
@@ -271,6 +288,16 @@ pub fn check_live(
         &data,
         &format!("the OS's initramfs {initrd} (commit {short})"),
     )?;
+    // Open Firmware ISOs boot the OS's GRUB powerpc-ieee1275 (checked with
+    // the disk's bootloader) and need no EFI vendor directory.
+    let boots_with = crate::platforms::arch_boot(arch);
+    if boots_with.prep {
+        let info = format!("/{}/bootinfo.txt", crate::disk::prep::OS_GRUB_OF_DIR);
+        if repo.read_file(commit, &info)?.is_none() {
+            bail!("the OS has no {info} in commit {short}: the {arch} live ISO boots with GRUB's CHRP boot script from the OS's powerpc-ieee1275 modules (grub2-ppc64le-modules ships it)");
+        }
+        return Ok((None, erofs));
+    }
     let efi = format!("/{OS_EFI_DIR}");
     let mut vendors = Vec::new();
     for (is_dir, name) in repo.list_dir(commit, &efi)?.unwrap_or_default() {

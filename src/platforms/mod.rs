@@ -306,10 +306,18 @@ pub const PLATFORMS: &[PlatformSpec] = &[
     ),
     disk("vultr", "raw", Format::Raw, true, X86, &[], false, &[]),
     // Known, not built: other architectures' own platforms.
-    PlatformSpec {
-        built: false,
-        ..disk("powervs", "ova", Format::Raw, true, PPC, PPC, false, &[])
-    },
+    // cosa cmd-buildextend-powervs (cosalib/ibmcloud.py): the qemu disk's
+    // size, its own gzip (`skip-compression`).
+    disk(
+        "powervs",
+        "ova.gz",
+        Format::PowerVsOva,
+        false,
+        PPC,
+        PPC,
+        false,
+        &[],
+    ),
     PlatformSpec {
         built: false,
         ..disk("qemu-secex", "qcow2", QCOW2, true, S390, S390, false, &[])
@@ -419,9 +427,41 @@ pub fn names() -> Vec<&'static str> {
     PLATFORMS.iter().map(|p| p.name).collect()
 }
 
+/// How machines of an arch start the OS (SPEC 3.2; cosa's
+/// `build.raw-image.ipp.yaml`: bootupd installs EFI on x86_64, aarch64 and
+/// riscv64, "BIOS" on x86_64 and on ppc64le into the PReP partition, and
+/// s390x runs zipl instead of bootupd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArchBoot {
+    /// An ESP with the OS's EFI tree.
+    pub efi: bool,
+    /// PC BIOS: GRUB i386-pc in BIOS-BOOT, boot code in the MBR.
+    pub bios: bool,
+    /// Open Firmware (SLOF, PowerVM): GRUB powerpc-ieee1275 raw in PReP.
+    pub prep: bool,
+    /// IPL from zipl's boot record and bootmap (s390x).
+    pub zipl: bool,
+}
+
+/// The boot mechanisms of `arch` (the OS image's architecture).
+pub fn arch_boot(arch: &str) -> ArchBoot {
+    let none = ArchBoot::default();
+    match arch {
+        "x86_64" => ArchBoot {
+            efi: true,
+            bios: true,
+            ..none
+        },
+        "aarch64" | "riscv64" => ArchBoot { efi: true, ..none },
+        "ppc64le" => ArchBoot { prep: true, ..none },
+        "s390x" => ArchBoot { zipl: true, ..none },
+        _ => none,
+    }
+}
+
 /// Whether machines of `arch` boot with a PC BIOS (x86_64 only; SPEC 3.2).
 pub fn arch_has_bios(arch: &str) -> bool {
-    arch == "x86_64"
+    arch_boot(arch).bios
 }
 
 /// The platforms this tool builds for `arch`.
