@@ -5,7 +5,10 @@
 //! the stream with the `coreos-stream-metadata` crate, and every disk kind
 //! and the live ISO (as CD and as USB disk) and PXE booted under
 //! `qemu-system-aarch64 -M virt` with AAVMF (TCG), each printing its
-//! `platform=` and `arch=aarch64`.
+//! `platform=` and `arch=aarch64`. Likewise for ppc64le (Debian's ppc64el
+//! packages): the PReP layout, the CHRP ISO, the powervs OVA, and a disk,
+//! the qcow2, the ISO and PXE booted under `qemu-system-ppc64 -M pseries`
+//! with SLOF.
 mod common;
 use common::boot::{self, DiskFormat, Firmware, Media, Mode};
 use common::*;
@@ -17,6 +20,7 @@ use std::sync::OnceLock;
 const ARCH: &str = "aarch64";
 
 struct Built {
+    arch: &'static str,
     root: PathBuf,
     out: PathBuf,
     raw: PathBuf,
@@ -24,24 +28,20 @@ struct Built {
     log: String,
 }
 
-fn built() -> &'static Built {
-    static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
-        let root = top().join("target/tmp/multiarch-aarch64");
+/// `generate <-multi release> <platforms> --arch <arch>`, once per arch.
+fn build(cell: &'static OnceLock<Built>, arch: &'static str, platforms: &[&str]) -> &'static Built {
+    cell.get_or_init(|| {
+        let root = top().join(format!("target/tmp/multiarch-{arch}"));
         let _ = std::fs::remove_dir_all(&root);
         let raw = root.join("raw");
-        let (out, meta, log) = generate_logged(
-            &root,
-            &[
-                &oci("release-multi"),
-                "all",
-                "--arch",
-                ARCH,
-                "--debug-raw-dir",
-                raw.to_str().unwrap(),
-            ],
-        );
+        let release = oci("release-multi");
+        let raw_s = raw.to_str().unwrap();
+        let mut args: Vec<&str> = vec![&release];
+        args.extend(platforms);
+        args.extend(["--arch", arch, "--debug-raw-dir", raw_s]);
+        let (out, meta, log) = generate_logged(&root, &args);
         Built {
+            arch,
             root,
             out,
             raw,
@@ -51,24 +51,38 @@ fn built() -> &'static Built {
     })
 }
 
+/// The aarch64 test OS, every platform.
+fn built() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, ARCH, &["all"])
+}
+
 fn sh(script: &str, dir: &Path) -> String {
     must(Command::new("sh").args(["-ec", script]).current_dir(dir))
 }
 
-/// `cmd` with `$l` a read-only loop device over `disk` (in the raw dir)
-/// set up with `losetup_opts`, detached whatever `cmd` does.
-fn on_loop(disk: &str, losetup_opts: &str, cmd: &str) -> String {
+/// `cmd` with `$l` a read-only loop device over `disk` (in the raw dir of
+/// `b`) set up with `losetup_opts`, detached whatever `cmd` does.
+fn on_loop_in(b: &Built, disk: &str, losetup_opts: &str, cmd: &str) -> String {
     sh(
         &format!(
             "l=$(losetup --find --show --read-only {losetup_opts} {disk}); \
              rc=0; {cmd} || rc=$?; losetup -d $l; exit $rc"
         ),
-        &built().raw,
+        &b.raw,
     )
 }
 
+fn on_loop(disk: &str, losetup_opts: &str, cmd: &str) -> String {
+    on_loop_in(built(), disk, losetup_opts, cmd)
+}
+
+fn artifact_in(b: &Built, key: &str) -> PathBuf {
+    image_file(&b.meta, &b.out, key)
+}
+
 fn artifact(key: &str) -> PathBuf {
-    image_file(&built().meta, &built().out, key)
+    artifact_in(built(), key)
 }
 
 /// What RHCOS ships for aarch64 (openshift/installer
@@ -259,10 +273,10 @@ fn stream_metadata_reads_the_aarch64_stream() {
     assert!(!s.architectures.contains_key("x86_64"));
 }
 
-fn ungz(key: &str, name: &str) -> PathBuf {
+/// The gzip'd artifact `key` of `b`, unpacked once as `name`.
+fn ungz_in(b: &Built, key: &str, name: &str) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = LOCK.lock().unwrap();
-    let b = built();
     let dir = b.root.join("disks");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
@@ -270,7 +284,7 @@ fn ungz(key: &str, name: &str) -> PathBuf {
         sh(
             &format!(
                 "gzip -dc '{}' > '{name}.tmp' && mv '{name}.tmp' '{name}'",
-                artifact(key).display()
+                artifact_in(b, key).display()
             ),
             &dir,
         );
@@ -278,15 +292,20 @@ fn ungz(key: &str, name: &str) -> PathBuf {
     p
 }
 
-fn check_marker(r: &boot::BootResult, platform: &str, mode: Mode) {
+fn ungz(key: &str, name: &str) -> PathBuf {
+    ungz_in(built(), key, name)
+}
+
+fn check_marker_in(b: &Built, r: &boot::BootResult, platform: &str, mode: Mode) {
     assert_eq!(r.marker.platform, platform, "{}", r.log);
     assert_eq!(r.marker.mode, mode, "{}", r.log);
-    assert_eq!(r.marker.arch.as_deref(), Some(ARCH), "{}", r.log);
+    assert_eq!(r.marker.arch.as_deref(), Some(b.arch), "{}", r.log);
     assert!(r.marker.firstboot, "{}", r.log);
-    assert_eq!(
-        r.marker.version,
-        built().meta["ostree-version"].as_str().unwrap()
-    );
+    assert_eq!(r.marker.version, b.meta["ostree-version"].as_str().unwrap());
+}
+
+fn check_marker(r: &boot::BootResult, platform: &str, mode: Mode) {
+    check_marker_in(built(), r, platform, mode)
 }
 
 fn boots_disk(media: Media, platform: &str) {
@@ -400,4 +419,333 @@ fn boot_pxe_by_kernel_and_initrds_aarch64() {
     );
     check_marker(&r, "metal", Mode::LivePxe);
     eprintln!("PXE -kernel/-initrd, aarch64: booted in {:.1?}", r.duration);
+}
+
+// ---------------------------------------------------------------------------
+// ppc64le: the -multi release's ppc64le entry (Debian's ppc64el packages).
+
+/// The ppc64le test OS, every platform.
+fn ppc() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "ppc64le", &["all"])
+}
+
+/// What RHCOS ships for ppc64le (openshift/installer
+/// `data/data/coreos/coreos-rhel-9.json`).
+const RHCOS_PPC64LE: &[&str] = &["metal", "metal4k", "qemu", "openstack", "powervs"];
+
+#[test]
+fn all_builds_the_ppc64le_set() {
+    let b = ppc();
+    assert_eq!(b.meta["coreos-assembler.basearch"], "ppc64le");
+    let images = b.meta["images"].as_object().unwrap();
+    for k in
+        RHCOS_PPC64LE
+            .iter()
+            .chain(&["live-iso", "live-kernel", "live-initramfs", "live-rootfs"])
+    {
+        let p = images[*k]["path"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no images.{k}: {}", b.log));
+        assert!(p.contains(".ppc64le") || p.contains("-ppc64le"), "{k}: {p}");
+    }
+    for k in ["aws", "azure", "gcp", "vmware", "ibmcloud", "kubevirt"] {
+        assert!(!images.contains_key(k), "{k} built for ppc64le: {}", b.log);
+    }
+    let sums = sh(
+        "sha256sum -c --quiet SHA256SUMS && wc -l < SHA256SUMS",
+        &b.out,
+    );
+    assert!(sums.trim().parse::<usize>().unwrap() >= RHCOS_PPC64LE.len() + 4);
+    let raw = read(&b.out.join("stream.json"));
+    let s: coreos_stream_metadata::Stream = serde_json::from_slice(&raw).unwrap();
+    let a = s
+        .architectures
+        .get("ppc64le")
+        .expect("architectures.ppc64le");
+    for p in ["metal", "qemu", "openstack", "powervs"] {
+        assert!(a.artifacts.contains_key(p), "{p} missing in stream.json");
+    }
+}
+
+/// cosa `coreos.osbuild.ppc64le.mpp.yaml`: PReP (4 MiB) with GRUB's
+/// powerpc-ieee1275 core image (a big-endian 32-bit PowerPC ELF, as
+/// grub2-install writes it), reserved, boot, root with the ppc64le root
+/// type, at 1, 5, 6 and 390 MiB for both sector sizes; no ESP and no MBR
+/// boot code; GRUB's modules and bootupd's state (BIOS only) on /boot.
+#[test]
+fn ppc64le_layout_prep_and_bootupd_state() {
+    let b = ppc();
+    for (disk, ss) in [("metal.raw", 512), ("metal4k.raw", 4096)] {
+        let j: Value = serde_json::from_str(&on_loop_in(
+            b,
+            disk,
+            &format!("--sector-size {ss}"),
+            "sfdisk -J $l",
+        ))
+        .unwrap();
+        let parts = j["partitiontable"]["partitions"].as_array().unwrap();
+        let rows: Vec<(&str, &str, u64)> = parts
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap(),
+                    p["type"].as_str().unwrap(),
+                    p["start"].as_u64().unwrap() * ss / (1 << 20),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    "PowerPC-PReP-boot",
+                    "9E1A2D38-C612-4316-AA26-8B49521E5A8B",
+                    1
+                ),
+                ("reserved", "8DA63339-0007-60C0-C436-083AC8230908", 5),
+                ("boot", "BC13C2FF-59E6-4262-A352-B275FD6F7172", 6),
+                ("root", "C31C45E6-3F39-412E-80FB-4809C4980599", 390),
+            ],
+            "{disk}"
+        );
+        let elf = sh(
+            &format!("dd if={disk} bs=1M skip=1 count=4 status=none > prep.bin && readelf -h prep.bin && rm prep.bin"),
+            &b.raw,
+        );
+        assert!(
+            elf.contains("ELF32") && elf.contains("big endian") && elf.contains("PowerPC"),
+            "{disk}: PReP holds no GRUB ELF image:\n{elf}"
+        );
+    }
+    let mbr = std::fs::read(b.raw.join("metal.raw")).unwrap();
+    assert!(
+        mbr[..440].iter().all(|&x| x == 0),
+        "boot code in a ppc64le MBR"
+    );
+    let boot = "--offset=$((6<<20)) --sizelimit=$((384<<20))";
+    let ls = on_loop_in(
+        b,
+        "metal.raw",
+        boot,
+        "debugfs -R 'ls -l /grub2/powerpc-ieee1275' $l 2>/dev/null",
+    );
+    assert!(
+        ls.contains("normal.mod") && ls.contains("linux.mod"),
+        "{ls}"
+    );
+    let state = on_loop_in(
+        b,
+        "metal.raw",
+        boot,
+        "debugfs -R 'cat /bootupd-state.json' $l 2>/dev/null",
+    );
+    let v: Value = serde_json::from_str(&state).unwrap();
+    let installed = v["installed"].as_object().unwrap();
+    assert_eq!(installed.keys().collect::<Vec<_>>(), ["BIOS"], "{v}");
+    assert!(
+        v["installed"]["BIOS"]["meta"]["version"]
+            .as_str()
+            .unwrap()
+            .contains("ieee1275"),
+        "{v}"
+    );
+}
+
+/// osbuild's ppc64le ISO (grub2-mkrescue): CHRP boot (`ppc/bootinfo.txt`
+/// loading `boot/grub/powerpc.elf`), the menu in `boot/grub/grub.cfg`, no
+/// El Torito, EFI or ISOLINUX; kargs.json lists only that menu, and
+/// coreos-installer edits kargs and embeds Ignition.
+#[test]
+fn ppc64le_live_iso_is_chrp_and_coreos_installer_edits_it() {
+    let b = ppc();
+    let iso = artifact_in(b, "live-iso");
+    let files = sh(
+        &format!(
+            "xorriso -indev '{}' -find / -type f 2>/dev/null",
+            iso.display()
+        ),
+        &b.root,
+    );
+    for f in [
+        "'/ppc/bootinfo.txt'",
+        "'/boot/grub/powerpc.elf'",
+        "'/boot/grub/grub.cfg'",
+        "'/boot/grub/powerpc-ieee1275/normal.mod'",
+    ] {
+        assert!(
+            files.lines().any(|l| l == f),
+            "{f} not in the ISO:\n{files}"
+        );
+    }
+    for bad in ["/EFI/", "/isolinux/", "efiboot.img", "zipl.prm"] {
+        assert!(!files.contains(bad), "{bad} in the ppc64le ISO:\n{files}");
+    }
+    let torito = sh(
+        &format!(
+            "xorriso -indev '{}' -report_el_torito plain 2>&1 || true",
+            iso.display()
+        ),
+        &b.root,
+    );
+    assert!(!torito.contains("El Torito boot img :"), "{torito}");
+    let kargs_json: Value = serde_json::from_str(&sh(
+        &format!(
+            "xorriso -indev '{}' -osirrox on -extract /coreos/kargs.json kargs.json 2>/dev/null && cat kargs.json && rm kargs.json",
+            iso.display()
+        ),
+        &b.root,
+    ))
+    .unwrap();
+    let paths: Vec<&str> = kargs_json["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["boot/grub/grub.cfg"]);
+    let copy = b.root.join("edited.iso");
+    std::fs::copy(&iso, &copy).unwrap();
+    let ign = b.root.join("x.ign");
+    std::fs::write(&ign, br#"{"ignition":{"version":"3.4.0"}}"#).unwrap();
+    let out = sh(
+        &format!(
+            "coreos-installer iso kargs modify -a test.karg=1 '{c}' && coreos-installer iso kargs show '{c}' && \
+             coreos-installer iso ignition embed -i '{}' '{c}' && coreos-installer iso ignition show '{c}'",
+            ign.display(),
+            c = copy.display()
+        ),
+        &b.root,
+    );
+    assert!(
+        out.contains("test.karg=1") && out.contains("3.4.0"),
+        "{out}"
+    );
+    std::fs::remove_file(&copy).unwrap();
+}
+
+/// cosa's powervs artifact: a gzip'd tar of `coreos.ovf` then
+/// `<name>-<version>-disk.raw`, the OVF naming the disk and its size, and
+/// the disk's kernel arguments those of powervs.
+#[test]
+fn powervs_ova_is_cosas() {
+    let b = ppc();
+    let ova = artifact_in(b, "powervs");
+    assert!(ova.to_str().unwrap().ends_with("-powervs.ppc64le.ova.gz"));
+    let image = format!(
+        "{}-{}",
+        b.meta["name"].as_str().unwrap(),
+        b.meta["ostree-version"].as_str().unwrap()
+    );
+    let dir = b.root.join("powervs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = sh(&format!("tar -tzf '{}'", ova.display()), &dir);
+    assert_eq!(
+        list.lines().collect::<Vec<_>>(),
+        ["coreos.ovf".to_string(), format!("{image}-disk.raw")]
+    );
+    sh(&format!("tar -xzSf '{}'", ova.display()), &dir);
+    let disk = dir.join(format!("{image}-disk.raw"));
+    let size = std::fs::metadata(&disk).unwrap().len();
+    let ovf = read(&dir.join("coreos.ovf"));
+    let ovf = String::from_utf8_lossy(&ovf);
+    assert!(
+        ovf.contains(&format!(
+            r#"<ovf:File href="{image}-disk.raw" id="file1" size="{size}"/>"#
+        )),
+        "{ovf}"
+    );
+    assert!(ovf.contains(">ppc64le</ns0:architecture>"), "{ovf}");
+    let entries = sh(
+        &format!(
+            "l=$(losetup --find --show --read-only --offset=$((6<<20)) --sizelimit=$((384<<20)) '{}'); \
+             rc=0; debugfs -R 'cat /loader/entries/ostree-1-{}.conf' $l 2>/dev/null || rc=$?; losetup -d $l; exit $rc",
+            disk.display(),
+            b.meta["name"].as_str().unwrap()
+        ),
+        &dir,
+    );
+    assert!(
+        entries.contains("ignition.platform.id=powervs"),
+        "{entries}"
+    );
+    assert!(!entries.contains("console=hvc0"), "{entries}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn boots_ppc(media: Media, platform: &str, mode: Mode) {
+    let r = boot::assert_boots(&[media], Firmware::Slof, boot::default_timeout());
+    check_marker_in(ppc(), &r, platform, mode);
+    eprintln!(
+        "{platform} ppc64le/SLOF ({mode:?}): booted in {:.1?}",
+        r.duration
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_metal_slof() {
+    boots_ppc(
+        Media::disk(ppc().raw.join("metal.raw")),
+        "metal",
+        Mode::Disk,
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_qemu_qcow2_slof() {
+    let p = ungz_in(ppc(), "qemu", "qemu.qcow2");
+    boots_ppc(Media::disk_as(p, DiskFormat::Qcow2), "qemu", Mode::Disk);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_live_iso_as_cd_slof() {
+    boots_ppc(
+        Media::Cdrom(artifact_in(ppc(), "live-iso")),
+        "metal",
+        Mode::LiveIso,
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_pxe_by_kernel_and_initrds_ppc64le() {
+    let b = ppc();
+    let kargs = sh(
+        &format!(
+            "coreos-installer iso kargs show '{}'",
+            artifact_in(b, "live-iso").display()
+        ),
+        &b.root,
+    );
+    let kargs: Vec<&str> = kargs
+        .split_whitespace()
+        .filter(|k| !k.starts_with("coreos.liveiso="))
+        .collect();
+    boots_ppc(
+        Media::kernel(
+            artifact_in(b, "live-kernel"),
+            &[
+                &artifact_in(b, "live-initramfs"),
+                &artifact_in(b, "live-rootfs"),
+            ],
+            &format!("{} console=hvc0", kargs.join(" ")),
+        ),
+        "metal",
+        Mode::LivePxe,
+    );
 }

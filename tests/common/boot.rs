@@ -83,6 +83,10 @@ pub enum Firmware {
     /// with AAVMF (Debian `qemu-efi-aarch64`), the arm64 build of EDK II,
     /// and a per-boot copy of its vars store.
     Aavmf,
+    /// A POWER machine (`qemu-system-ppc64 -M pseries`, TCG) with SLOF,
+    /// qemu's Open Firmware: it boots GRUB from a disk's PReP partition or
+    /// a CD's `ppc/bootinfo.txt`; the console is the hypervisor's hvc0.
+    Slof,
 }
 
 /// AAVMF's code and vars (Debian `qemu-efi-aarch64`), padded to the 64 MiB
@@ -98,6 +102,7 @@ impl fmt::Display for Firmware {
             Firmware::Bios => "bios",
             Firmware::Uefi => "uefi",
             Firmware::Aavmf => "aavmf",
+            Firmware::Slof => "slof",
         })
     }
 }
@@ -613,11 +618,18 @@ impl Vm {
         let mut a: Vec<String> = Vec::new();
         let mut push = |v: &[&str]| a.extend(v.iter().map(|s| s.to_string()));
         let arm = self.firmware == Firmware::Aavmf;
-        let machine = if arm { "virt" } else { self.machine.as_str() };
+        let power = self.firmware == Firmware::Slof;
+        let machine = match self.firmware {
+            Firmware::Aavmf => "virt",
+            Firmware::Slof => "pseries",
+            _ => self.machine.as_str(),
+        };
         push(&["-name", name, "-machine", machine]);
         if arm {
             // Another arch: always emulated.
             push(&["-accel", "tcg", "-cpu", "cortex-a57"]);
+        } else if power {
+            push(&["-accel", "tcg"]);
         } else if kvm_enabled() {
             push(&["-accel", "kvm", "-cpu", "host"]);
         } else {
@@ -735,8 +747,8 @@ impl Vm {
                         ),
                     ]);
                     let bi = next_index();
-                    if arm {
-                        // `-M virt` has no IDE: a SCSI CD-ROM.
+                    if arm || power {
+                        // `-M virt` and pseries have no IDE: a SCSI CD-ROM.
                         if !scsi {
                             scsi = true;
                             push(&["-device", "virtio-scsi-pci,id=scsi0"]);
@@ -822,8 +834,10 @@ impl Vm {
 }
 
 fn qemu_binary(fw: Firmware) -> String {
-    if fw == Firmware::Aavmf {
-        return "qemu-system-aarch64".to_string();
+    match fw {
+        Firmware::Aavmf => return "qemu-system-aarch64".to_string(),
+        Firmware::Slof => return "qemu-system-ppc64".to_string(),
+        _ => {}
     }
     std::env::var("BOOTIMAGE_TEST_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".to_string())
 }
