@@ -249,7 +249,7 @@ fn multi_arch_manifest_lists() {
     // A missing arch: one line listing what the list has.
     let e = expect_error(
         c.path(),
-        &["inspect", &oci("release-multi"), "--arch", "s390x"],
+        &["inspect", &oci("release-multi-partial"), "--arch", "s390x"],
         "s390x",
     );
     assert!(

@@ -630,6 +630,34 @@ fn without_loop_devices() {
     }
 }
 
+/// A ppc64le OS without GRUB for Open Firmware (the bootloader its arch
+/// needs): one line naming the directory, the arch and the package, for
+/// disks and for the live ISO; nothing created.
+#[test]
+fn ppc64le_os_without_powerpc_grub() {
+    let sb = Sandbox::new();
+    let out = sb.path("out");
+    for plat in ["metal4k", "live"] {
+        let r = generate(
+            &sb,
+            &[],
+            &[&oci("release-ppc64le-nogrub"), plat, "-o", p(&out)],
+        );
+        assert_fails(
+            &sb,
+            &r,
+            &[
+                "no GRUB for Open Firmware",
+                "/usr/lib/grub/powerpc-ieee1275",
+                "ppc64le",
+                "PReP",
+                "grub2-ppc64le-modules",
+            ],
+        );
+        assert_not_created(&out);
+    }
+}
+
 #[test]
 fn os_without_grub() {
     let sb = Sandbox::new();

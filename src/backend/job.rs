@@ -147,14 +147,21 @@ pub struct BootSetting {
     pub platform_id: String,
     pub kargs: Vec<String>,
     pub grub_commands: Vec<String>,
+    /// zipl's block size (the disk's sector size) on s390x, which IPLs
+    /// through a bootmap on the boot filesystem instead of GRUB.
+    #[serde(default)]
+    pub zipl_block_size: Option<u64>,
 }
 
 impl BootSetting {
     /// Platforms with equal keys share one boot filesystem image.
     pub fn key(&self) -> String {
+        let zipl = self
+            .zipl_block_size
+            .map_or(String::new(), |b| format!("\0zipl{b}"));
         let id = crate::util::sha256_hex(
             format!(
-                "{}\0{}\0{}",
+                "{}\0{}\0{}{zipl}",
                 self.platform_id,
                 self.kargs.join("\x01"),
                 self.grub_commands.join("\x01")
@@ -176,6 +183,9 @@ pub struct DiskOutput {
     pub esp4k: Option<PathBuf>,
     /// Boot filesystem image per [`BootSetting::key`].
     pub boots: BTreeMap<String, PathBuf>,
+    /// zipl's boot record (the MBR code area) per [`BootSetting::key`], on s390x.
+    #[serde(default)]
+    pub ipls: BTreeMap<String, PathBuf>,
     /// The live files, when asked for.
     pub live: Option<LiveStage>,
     /// bootupd's static GRUB configs of the OS (they make each platform's
@@ -195,8 +205,11 @@ impl DiskJob {
         let mut out = self.build_base(r)?;
         for b in &self.boots {
             cancel::check()?;
-            let img = self.boot_image(&out, b)?;
+            let (img, ipl) = self.boot_image(&out, b)?;
             out.boots.insert(b.key(), img);
+            if let Some(p) = ipl {
+                out.ipls.insert(b.key(), p);
+            }
         }
         Ok(out)
     }
@@ -243,6 +256,7 @@ impl DiskJob {
                 origin: self.origin.clone(),
                 aleph: self.aleph.clone(),
                 platforms_json: self.platforms_json.as_deref(),
+                zipl: crate::platforms::arch_boot(&d.arch).zipl,
             },
         )?;
         cancel::check()?;
@@ -376,6 +390,7 @@ impl DiskJob {
             entries,
             esp4k,
             boots: BTreeMap::new(),
+            ipls: BTreeMap::new(),
             live,
             static_grub,
             extent_map,
@@ -601,7 +616,9 @@ impl DiskJob {
 
     /// A copy of the base's boot partition with the platform setting `b`
     /// applied.
-    fn boot_image(&self, base: &DiskOutput, b: &BootSetting) -> Result<PathBuf> {
+    /// On s390x zipl then writes its bootmap into it (for the sector size
+    /// of `b`); its boot record for the disk's first sector is returned too.
+    fn boot_image(&self, base: &DiskOutput, b: &BootSetting) -> Result<(PathBuf, Option<PathBuf>)> {
         let key = b.key();
         let img = self.work.join(format!("boot-{key}.img"));
         let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
@@ -617,7 +634,7 @@ impl DiskJob {
         )?);
         let dev = LoopDevice::attach(&part, 0, boot_p.size, 512)?;
         let m = Mounted::new(dev, &self.work.join(format!("mnt-{key}")), "ext4", "rw")?;
-        derive::edit_boot(
+        let entries = derive::edit_boot(
             m.path(),
             &base.entries,
             &derive::BootEdit {
@@ -625,11 +642,57 @@ impl DiskJob {
                 kargs: &b.kargs,
                 grub_commands: &b.grub_commands,
                 static_grub: base.static_grub.as_ref(),
+                grub: b.zipl_block_size.is_none(),
             },
         )?;
+        let ipl = match b.zipl_block_size {
+            Some(bs) => {
+                let rec = self.run_zipl(base, &layout, m.path(), &entries, bs, &key)?;
+                let p = self.work.join(format!("boot-{key}.ipl"));
+                std::fs::write(&p, rec).with_context(|| format!("writing {}", p.display()))?;
+                Some(p)
+            }
+            None => None,
+        };
         m.close()?;
         std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
-        Ok(img)
+        Ok((img, ipl))
+    }
+
+    /// zipl from the deployment (the base disk's root, mounted read-only)
+    /// over the mounted boot filesystem `boot`, as osbuild's `zipl.inst`.
+    fn run_zipl(
+        &self,
+        base: &DiskOutput,
+        layout: &Layout,
+        boot: &Path,
+        entries: &[grubcfg::BlsEntry],
+        block_size: u64,
+        key: &str,
+    ) -> Result<Vec<u8>> {
+        let root_p = layout.part("root");
+        let dev = LoopDevice::attach(&base.base, root_p.start, root_p.size, 512)?;
+        let root = Mounted::new(
+            dev,
+            &self.work.join(format!("zipl-root-{key}")),
+            "xfs",
+            "ro,nouuid",
+        )?;
+        let res = (|| {
+            let sysroot = crate::disk::deploy::deployment_root(root.path())?;
+            crate::disk::zipl::install(&crate::disk::zipl::Zipl {
+                sysroot: &sysroot,
+                boot,
+                entries,
+                block_size,
+                boot_start: layout.part("boot").start,
+                workdir: &self.work,
+            })
+        })();
+        let closed = root.close();
+        let rec = res?;
+        closed?;
+        Ok(rec)
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Deploy<'a> {
     pub aleph: Aleph,
     /// `platforms.json` of the OS, copied verbatim when present.
     pub platforms_json: Option<&'a [u8]>,
+    /// The disk IPLs through zipl (s390x): the sysroot's bootloader is zipl.
+    pub zipl: bool,
 }
 
 /// `/.coreos-aleph-version.json`: what the disk was built from, with the keys
@@ -96,6 +98,33 @@ pub fn bls_entries(boot: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Deploy into the mounted sysroot at `root`.
+/// The one deployment's root under the sysroot `root`
+/// (`ostree/deploy/<stateroot>/deploy/<checksum>.<serial>`).
+pub fn deployment_root(root: &Path) -> Result<PathBuf> {
+    let mut deployments = Vec::new();
+    let base = root.join("ostree/deploy");
+    for os in std::fs::read_dir(&base).with_context(|| format!("reading {}", base.display()))? {
+        let dir = os?.path().join("deploy");
+        if !dir.is_dir() {
+            continue;
+        }
+        for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                deployments.push(p);
+            }
+        }
+    }
+    if deployments.len() != 1 {
+        bail!(
+            "expected one deployment under {}/*/deploy, found {}",
+            base.display(),
+            deployments.len()
+        );
+    }
+    Ok(deployments.remove(0))
+}
+
 pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     let sysroot = format!("--sysroot={}", root.display());
     let repo = format!("--repo={}", root.join("ostree/repo").display());
@@ -150,21 +179,19 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     cmd::run(&mut ostree(args))
         .with_context(|| format!("deploying {} as stateroot {}", d.commit, d.osname))?;
     std::fs::remove_file(&origin).ok();
-    let deploy_root = root.join("ostree/deploy").join(d.osname).join("deploy");
-    let mut deployments: Vec<PathBuf> = std::fs::read_dir(&deploy_root)
-        .with_context(|| format!("reading {}", deploy_root.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.path())
-        .collect();
-    if deployments.len() != 1 {
-        bail!(
-            "expected one deployment under {}, found {}",
-            deploy_root.display(),
-            deployments.len()
-        );
+    if d.zipl {
+        // cosa build.common.ipp.yaml: `bootloader: zipl` once deployed, so
+        // that later updates on the machine run zipl.
+        cmd::run(&mut ostree([
+            "config".into(),
+            repo.clone(),
+            "set".into(),
+            "sysroot.bootloader".into(),
+            "zipl".into(),
+        ]))
+        .context("setting sysroot.bootloader in the sysroot repo")?;
     }
-    let dep = deployments.remove(0);
+    let dep = deployment_root(root)?;
     write(
         &root.join(ALEPH),
         &serde_json::to_vec_pretty(&d.aleph).context("serialising the aleph file")?,

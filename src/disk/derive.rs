@@ -24,6 +24,10 @@ pub struct BootEdit<'a> {
     /// bootupd's static GRUB configs of the OS, when it ships them: they
     /// make `grub.cfg` instead of ours.
     pub static_grub: Option<&'a super::bootupd::StaticGrub>,
+    /// The disk boots GRUB (every arch but s390x, which IPLs through
+    /// zipl): then `console.cfg` and `grub.cfg` are written (osbuild's
+    /// `coreos.platform` writes console.cfg only where /boot/grub2 exists).
+    pub grub: bool,
 }
 
 /// Write a file through a temporary name in the same directory.
@@ -68,6 +72,9 @@ pub fn edit_boot(boot: &Path, base: &[(PathBuf, BlsEntry)], p: &BootEdit) -> Res
             .join(" ");
         replace(&boot.join(rel), e.render().as_bytes())?;
         out.push(e);
+    }
+    if !p.grub {
+        return Ok(out);
     }
     replace(
         &boot.join(GRUB_DIR).join("console.cfg"),
@@ -117,6 +124,7 @@ pub fn table_patches(
     base_len: u64,
     layout: &Layout,
     bios: bool,
+    ipl: Option<&[u8]>,
     path: &Path,
 ) -> Result<Vec<Patch>> {
     let disk = layout.disk_size;
@@ -134,6 +142,17 @@ pub fn table_patches(
         let mut b = vec![0u8; head as usize];
         read_file_at(base, &mut b, 0)?;
         f.write_all_at(&b, 0)?;
+    }
+    // zipl's SCSI boot record (s390x): the MBR's code area, before the
+    // partition table (zipl keeps a PC partition table it finds there).
+    if let Some(rec) = ipl {
+        anyhow::ensure!(
+            rec.len() <= super::bios::MBR_CODE_END,
+            "zipl's boot record is {} bytes; the MBR holds {}",
+            rec.len(),
+            super::bios::MBR_CODE_END
+        );
+        f.write_all_at(rec, 0)?;
     }
     super::gpt::write(&mut f, layout, super::layout::DISK_GUID)
         .with_context(|| format!("writing the partition table to {}", path.display()))?;

@@ -9,3 +9,4 @@ pub mod grubcfg;
 pub mod layout;
 pub mod mkfs;
 pub mod prep;
+pub mod zipl;

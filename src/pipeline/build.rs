@@ -67,6 +67,8 @@ pub(super) struct Base {
     esp4k: Option<PathBuf>,
     /// Boot filesystem image per [`BootSetting::key`].
     boots: std::collections::BTreeMap<String, PathBuf>,
+    /// zipl's boot record per [`BootSetting::key`] (s390x).
+    ipls: std::collections::BTreeMap<String, PathBuf>,
     /// Live files made from the mounted deployment, when live is planned.
     live: Option<LiveStage>,
     /// The ostree objects' extents on the base disk (for osmet), with live.
@@ -83,6 +85,7 @@ impl Base {
             layout: Layout::new(arch, metal_size, 512)?,
             esp4k: out.esp4k,
             boots: out.boots,
+            ipls: out.ipls,
             live: out.live,
             extent_map: out.extent_map,
         })
@@ -148,7 +151,7 @@ impl Builder<'_> {
     pub(super) fn disk_job(&self) -> Result<DiskJob> {
         let mut boots: Vec<BootSetting> = Vec::new();
         for art in &self.plan.artifacts {
-            let b = art.boot_setting();
+            let b = art.boot_setting(&self.plan.disk.arch);
             if !boots.iter().any(|x| x.key() == b.key()) {
                 boots.push(b);
             }
@@ -452,15 +455,20 @@ impl Builder<'_> {
         let boot_p = base.layout.part("boot").clone();
         let boot_img = base
             .boots
-            .get(&art.boot_setting().key())
+            .get(&art.boot_setting(&d.arch).key())
             .with_context(|| format!("no boot filesystem was derived for {}", art.platform))?;
         // The disk as this platform sees it.
         let layout = Layout::with_root(&d.arch, disk_size, art.sector_size, d.root_size)?;
+        let ipl = match base.ipls.get(&art.boot_setting(&d.arch).key()) {
+            Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+            None => None,
+        };
         let mut patches = derive::table_patches(
             &base.file,
             base.layout.disk_size,
             &layout,
             art.bios,
+            ipl.as_deref(),
             &self.work.join(format!("table-{}.img", art.platform)),
         )?;
         patches.push(Patch::from_file(boot_img, boot_p.start, boot_p.size)?);

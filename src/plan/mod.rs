@@ -184,11 +184,16 @@ impl<S> PlanArtifact<S> {
     }
 
     /// What this platform changes on the boot filesystem.
-    pub fn boot_setting(&self) -> BootSetting {
+    /// What the platform changes on the boot filesystem of an `arch` disk
+    /// (zipl's bootmap depends on the sector size too).
+    pub fn boot_setting(&self, arch: &str) -> BootSetting {
         BootSetting {
             platform_id: self.ignition_platform_id.clone(),
             kargs: self.kargs.clone(),
             grub_commands: self.grub_commands.clone(),
+            zipl_block_size: crate::platforms::arch_boot(arch)
+                .zipl
+                .then_some(self.sector_size),
         }
     }
 }
@@ -204,9 +209,15 @@ pub fn live_names(name: &str, version: &str, arch: &str) -> [String; 4] {
     ]
 }
 
-/// Kernel arguments common to every platform (SPEC 2).
-pub fn base_kargs(os: &OsInfo) -> Vec<String> {
-    let mut k = vec!["rw".to_string(), "$ignition_firstboot".to_string()];
+/// Kernel arguments common to every platform (SPEC 2). GRUB expands
+/// `$ignition_firstboot`; zipl has no variables, so s390x disks get
+/// `ignition.firstboot` from zipl's parameters instead (cosa
+/// `build.common.ipp.yaml` leaves the variable out on s390x).
+pub fn base_kargs(os: &OsInfo, arch: &str) -> Vec<String> {
+    let mut k = vec!["rw".to_string()];
+    if !crate::platforms::arch_boot(arch).zipl {
+        k.push("$ignition_firstboot".to_string());
+    }
     k.extend(os.config.image.extra_kargs.value.iter().cloned());
     k
 }
@@ -314,7 +325,7 @@ impl DryPlan {
                     root_size,
                     metal_size,
                     cloud_size,
-                    kargs: base_kargs(o),
+                    kargs: base_kargs(o, &arch),
                 })
             }
             _ => None,

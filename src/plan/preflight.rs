@@ -235,9 +235,15 @@ pub fn check_bootloader(
         }
     }
     if boots_with.zipl {
-        bail!("{arch} disks boot through a zipl boot record, which this tool does not write yet; build the {arch} live PXE files (`live`) instead, or build the disks with coreos-assembler");
+        let ok = repo
+            .list_dir(commit, "/usr/sbin")?
+            .is_some_and(|v| v.iter().any(|(d, n)| !d && n == "zipl"));
+        if !ok {
+            bail!("the OS has no zipl (/{} in commit {}): {arch} disks IPL through zipl's boot record and bootmap, written by the OS's own zipl; use an OS image that ships s390-tools (as RHCOS does)", crate::disk::zipl::ZIPL_PATH, input::short(commit));
+        }
+        crate::disk::zipl::emulator()?;
     }
-    if !(boots_with.efi || boots_with.prep) {
+    if !(boots_with.efi || boots_with.prep || boots_with.zipl) {
         bail!("this tool does not know how {arch} machines boot (known: x86_64, aarch64, ppc64le)");
     }
     if plan.artifacts.iter().any(|x| x.bios) {
