@@ -749,3 +749,151 @@ fn boot_pxe_by_kernel_and_initrds_ppc64le() {
         Mode::LivePxe,
     );
 }
+
+// ---------------------------------------------------------------------------
+// s390x: the -multi release's s390x entry (Debian's s390x packages, zipl
+// from s390-tools run through qemu-s390x-static).
+
+/// The s390x test OS, every platform.
+fn z() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "s390x", &["all"])
+}
+
+/// cosa `coreos.osbuild.s390x.mpp.yaml`: boot and root only, as partitions
+/// 3 and 4; zipl's SCSI boot record (`zIPL`) in the first sector with the
+/// protective MBR kept; no GRUB files on /boot; the PXE files but no ISO
+/// (its cdboot.img needs lorax's mk-s390image), said in one note.
+#[test]
+fn s390x_layout_zipl_record_and_artifacts() {
+    let b = z();
+    assert_eq!(b.meta["coreos-assembler.basearch"], "s390x");
+    let images = b.meta["images"].as_object().unwrap();
+    for k in [
+        "metal",
+        "metal4k",
+        "qemu",
+        "openstack",
+        "ibmcloud",
+        "kubevirt",
+        "live-kernel",
+        "live-initramfs",
+        "live-rootfs",
+    ] {
+        assert!(images.contains_key(k), "no images.{k}: {}", b.log);
+    }
+    assert!(!images.contains_key("live-iso"));
+    assert!(b.log.contains("no ISO for s390x"), "{}", b.log);
+    sh("sha256sum -c --quiet SHA256SUMS", &b.out);
+    for (disk, ss) in [("metal.raw", 512), ("metal4k.raw", 4096)] {
+        let j: Value = serde_json::from_str(&on_loop_in(
+            b,
+            disk,
+            &format!("--sector-size {ss}"),
+            "sfdisk -J $l",
+        ))
+        .unwrap();
+        let rows: Vec<(String, String, u64)> = j["partitiontable"]["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let node = p["node"].as_str().unwrap();
+                (
+                    node[node.len() - 1..].to_string(),
+                    p["type"].as_str().unwrap().to_string(),
+                    p["start"].as_u64().unwrap() * ss / (1 << 20),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("3".into(), "BC13C2FF-59E6-4262-A352-B275FD6F7172".into(), 1),
+                (
+                    "4".into(),
+                    "5EEAD9A9-FE09-4A1E-A1D7-520D00531306".into(),
+                    385
+                ),
+            ],
+            "{disk}"
+        );
+        let head = std::fs::read(b.raw.join(disk)).unwrap();
+        assert_eq!(&head[..4], b"zIPL", "{disk}: no zipl boot record");
+        assert_eq!(head[450], 0xEE, "{disk}: protective MBR entry lost");
+        assert_eq!(&head[510..512], b"\x55\xAA");
+    }
+    let ls = on_loop_in(
+        b,
+        "metal.raw",
+        "--offset=$((1<<20)) --sizelimit=$((384<<20))",
+        "debugfs -R 'ls -l /' $l 2>/dev/null",
+    );
+    assert!(ls.contains("bootmap"), "{ls}");
+    assert!(!ls.contains("grub2"), "{ls}");
+}
+
+fn boots_z(media: Media, platform: &str, mode: Mode) {
+    let r = boot::assert_boots(&[media], Firmware::S390Ccw, boot::default_timeout());
+    check_marker_in(z(), &r, platform, mode);
+    let cmdline = r.cmdline.clone().unwrap_or_default();
+    assert!(
+        cmdline.contains("ignition.firstboot") && !cmdline.contains('$'),
+        "{cmdline}\n{}",
+        r.log
+    );
+    eprintln!("{platform} s390x ({mode:?}): booted in {:.1?}", r.duration);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_metal_s390x() {
+    boots_z(Media::disk(z().raw.join("metal.raw")), "metal", Mode::Disk);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_metal4k_s390x_4k_disk() {
+    boots_z(
+        Media::disk_4k(z().raw.join("metal4k.raw"), DiskFormat::Raw),
+        "metal",
+        Mode::Disk,
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_qemu_qcow2_s390x() {
+    let p = ungz_in(z(), "qemu", "qemu.qcow2");
+    boots_z(Media::disk_as(p, DiskFormat::Qcow2), "qemu", Mode::Disk);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn boot_pxe_by_kernel_and_initrds_s390x() {
+    let b = z();
+    boots_z(
+        Media::kernel(
+            artifact_in(b, "live-kernel"),
+            &[
+                &artifact_in(b, "live-initramfs"),
+                &artifact_in(b, "live-rootfs"),
+            ],
+            "rw ignition.firstboot ignition.platform.id=metal console=ttysclp0",
+        ),
+        "metal",
+        Mode::LivePxe,
+    );
+}

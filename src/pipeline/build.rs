@@ -199,23 +199,15 @@ impl Builder<'_> {
         })
     }
 
-    /// The live ISO and the PXE files, published together.
-    pub(super) fn live_artifacts(
+    /// The live ISO (and its minimal ISO packed into it), staged.
+    fn live_iso(
         &self,
-        base: &Base,
-        art: &PlanArtifact,
-        osmets: &[Osmet],
-        done_images: &std::collections::BTreeMap<String, ImageEntry>,
-    ) -> Result<Vec<(String, ImageEntry)>> {
-        let l = art.live.as_ref().context("live plan")?;
-        let st = base.live.as_ref().context("live files staged")?;
-        for n in &st.notes {
-            self.r.note(n);
-        }
-        self.live_rootfs_and_initramfs(st, osmets, done_images)?;
-        let temp = |name: &str| Staged::new(&self.out.join(name));
+        l: &crate::backend::job::PlanLive,
+        st: &LiveStage,
+        boot: live::iso::IsoBoot,
+    ) -> Result<(String, ImageEntry, Staged)> {
         let step = self.r.step("live-iso");
-        let iso_tmp = temp(&l.iso)?;
+        let iso_tmp = Staged::new(&self.out.join(&l.iso))?;
         let stage = st.dir.join("iso");
         cancel::pause_point("iso")?;
         let input = live::iso::IsoInput {
@@ -224,14 +216,7 @@ impl Builder<'_> {
             initramfs: &st.initramfs,
             rootfs: &st.rootfs,
             menus: &st.menus,
-            boot: match (&st.efiboot, &st.of_tree) {
-                (Some(efiboot), _) => live::iso::IsoBoot::Efi {
-                    efiboot,
-                    syslinux: self.syslinux.as_ref(),
-                },
-                (None, Some(tree)) => live::iso::IsoBoot::OpenFirmware { tree },
-                (None, None) => anyhow::bail!("the live stage made no boot files for the ISO"),
-            },
+            boot,
             mtime: self.os.timestamp,
             features: &st.features,
         };
@@ -255,17 +240,50 @@ impl Builder<'_> {
             ms.packed >> 10
         ));
         std::fs::remove_dir_all(&stage).ok();
-        let mut done = vec![(
-            meta::IMAGE_KEY_LIVE_ISO.to_string(),
-            file_entry(&l.iso, iso_tmp.path(), Some(true))?,
-            iso_tmp,
-        )];
+        let entry = file_entry(&l.iso, iso_tmp.path(), Some(true))?;
         step.done(&format!(
             "{} (volume id {}, {} MiB)",
             l.iso,
             l.volume_id,
-            done[0].1.size >> 20
+            entry.size >> 20
         ));
+        Ok((meta::IMAGE_KEY_LIVE_ISO.to_string(), entry, iso_tmp))
+    }
+
+    /// The live ISO and the PXE files, published together.
+    pub(super) fn live_artifacts(
+        &self,
+        base: &Base,
+        art: &PlanArtifact,
+        osmets: &[Osmet],
+        done_images: &std::collections::BTreeMap<String, ImageEntry>,
+    ) -> Result<Vec<(String, ImageEntry)>> {
+        let l = art.live.as_ref().context("live plan")?;
+        let st = base.live.as_ref().context("live files staged")?;
+        for n in &st.notes {
+            self.r.note(n);
+        }
+        self.live_rootfs_and_initramfs(st, osmets, done_images)?;
+        let temp = |name: &str| Staged::new(&self.out.join(name));
+        let boot = match (&st.efiboot, &st.of_tree) {
+            (Some(efiboot), _) => Some(live::iso::IsoBoot::Efi {
+                efiboot,
+                syslinux: self.syslinux.as_ref(),
+            }),
+            (None, Some(tree)) => Some(live::iso::IsoBoot::OpenFirmware { tree }),
+            (None, None) => None,
+        };
+        let mut done = Vec::new();
+        match boot {
+            Some(boot) => done.push(self.live_iso(l, st, boot)?),
+            // s390x: its ISO boots El Torito from `images/cdboot.img`, which
+            // lorax's mk-s390image makes (osbuild genisoargs_s390x); not
+            // built here. The PXE files are the same on every arch.
+            None => self.r.note(&format!(
+                "live: no ISO for {} (its El Torito image images/cdboot.img is made by lorax's mk-s390image, which this tool does not have); the PXE kernel, initramfs and rootfs are built",
+                self.plan.disk.arch
+            )),
+        }
         for (key, src, name) in [
             (meta::IMAGE_KEY_LIVE_KERNEL, &st.kernel, &l.kernel),
             (meta::IMAGE_KEY_LIVE_INITRAMFS, &st.initramfs, &l.initramfs),

@@ -304,6 +304,10 @@ pub fn check_live(
         }
         return Ok((None, erofs));
     }
+    // s390x: no ISO boot files from the OS (see the live stage), only PXE.
+    if boots_with.zipl {
+        return Ok((None, erofs));
+    }
     let efi = format!("/{OS_EFI_DIR}");
     let mut vendors = Vec::new();
     for (is_dir, name) in repo.list_dir(commit, &efi)?.unwrap_or_default() {

@@ -87,6 +87,10 @@ pub enum Firmware {
     /// qemu's Open Firmware: it boots GRUB from a disk's PReP partition or
     /// a CD's `ppc/bootinfo.txt`; the console is the hypervisor's hvc0.
     Slof,
+    /// An s390x machine (`qemu-system-s390x -M s390-ccw-virtio`, TCG): its
+    /// firmware IPLs a disk through zipl's boot record; the console is the
+    /// SCLP line console (ttysclp0).
+    S390Ccw,
 }
 
 /// AAVMF's code and vars (Debian `qemu-efi-aarch64`), padded to the 64 MiB
@@ -103,6 +107,7 @@ impl fmt::Display for Firmware {
             Firmware::Uefi => "uefi",
             Firmware::Aavmf => "aavmf",
             Firmware::Slof => "slof",
+            Firmware::S390Ccw => "s390-ccw",
         })
     }
 }
@@ -619,16 +624,18 @@ impl Vm {
         let mut push = |v: &[&str]| a.extend(v.iter().map(|s| s.to_string()));
         let arm = self.firmware == Firmware::Aavmf;
         let power = self.firmware == Firmware::Slof;
+        let z = self.firmware == Firmware::S390Ccw;
         let machine = match self.firmware {
             Firmware::Aavmf => "virt",
             Firmware::Slof => "pseries",
+            Firmware::S390Ccw => "s390-ccw-virtio",
             _ => self.machine.as_str(),
         };
         push(&["-name", name, "-machine", machine]);
         if arm {
             // Another arch: always emulated.
             push(&["-accel", "tcg", "-cpu", "cortex-a57"]);
-        } else if power {
+        } else if power || z {
             push(&["-accel", "tcg"]);
         } else if kvm_enabled() {
             push(&["-accel", "kvm", "-cpu", "host"]);
@@ -644,9 +651,18 @@ impl Vm {
             "-display",
             "none",
             "-no-reboot",
-            "-serial",
-            &format!("file:{}", path_str(serial)?),
         ]);
+        if z {
+            // No serial port on s390x: the SCLP console into the log.
+            push(&[
+                "-chardev",
+                &format!("file,id=con0,path={}", qemu_path(serial)?),
+                "-device",
+                "sclpconsole,chardev=con0",
+            ]);
+        } else {
+            push(&["-serial", &format!("file:{}", path_str(serial)?)]);
+        }
         if self.firmware == Firmware::Bios {
             // SeaBIOS logs to the debug port, not the serial console.
             push(&[
@@ -716,6 +732,10 @@ impl Vm {
                     let bi = next_index();
                     let sizes = format!("logical_block_size={lbs},physical_block_size={lbs}");
                     let dev = match bus {
+                        // s390x has no PCI by default: virtio over CCW.
+                        Bus::Virtio if z => {
+                            format!("virtio-blk-ccw,drive={id},bootindex={bi},{sizes}")
+                        }
                         Bus::Virtio => format!("virtio-blk-pci,drive={id},bootindex={bi},{sizes}"),
                         Bus::Ide => {
                             if *lbs != 512 {
@@ -837,6 +857,7 @@ fn qemu_binary(fw: Firmware) -> String {
     match fw {
         Firmware::Aavmf => return "qemu-system-aarch64".to_string(),
         Firmware::Slof => return "qemu-system-ppc64".to_string(),
+        Firmware::S390Ccw => return "qemu-system-s390x".to_string(),
         _ => {}
     }
     std::env::var("BOOTIMAGE_TEST_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".to_string())
