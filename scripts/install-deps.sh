@@ -25,6 +25,8 @@ RUNTIME_PKGS=(
   xorriso isolinux syslinux-common squashfs-tools erofs-utils cpio
   # kvm and nokvm backends: the VM, its appliance and the kernel it boots
   qemu-system-x86 qemu-utils supermin linux-image-amd64 kmod
+  # s390x disks: the OS's zipl (an s390x program) runs under qemu-s390x-static
+  qemu-user-static
 )
 # What compiling it needs.
 BUILD_PKGS=(
@@ -43,8 +45,9 @@ TEST_PKGS=(
   genisoimage
   # test OS (python3-yaml: fixtures/os/inject-cosa.py reads cosa's YAML)
   busybox-static zstd xz-utils pigz shim-unsigned python3-yaml
-  # boot tests (aarch64: qemu-system-arm with AAVMF, the arm64 UEFI)
-  ovmf seabios ipxe-qemu qemu-system-arm qemu-efi-aarch64
+  # boot tests (aarch64: qemu-system-arm with AAVMF, the arm64 UEFI;
+  # ppc64le: qemu-system-ppc with SLOF; s390x: qemu-system-misc)
+  ovmf seabios ipxe-qemu qemu-system-arm qemu-efi-aarch64 qemu-system-ppc qemu-system-misc
   # validation tools used by tests
   libxml2-utils jq file
   # AWS API mock for tests/generate_aws.rs (moto, from PyPI, in a venv)
@@ -83,10 +86,19 @@ refresh() { [ -n "$updated" ] || { apt-get update -q; updated=1; }; }
 # The test OS of other arches is made of that arch's Debian packages
 # (fixtures/os/foreign-sysroot.sh downloads and unpacks them, never
 # installs): their package lists must be there.
-if [ "$mode" = all ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
-  echo "install-deps: dpkg --add-architecture arm64 (package lists of the aarch64 test OS)"
-  dpkg --add-architecture arm64
-  refresh
+if [ "$mode" = all ]; then
+  have_arches=" $(dpkg --print-foreign-architectures | tr '\n' ' ') "
+  for a in arm64 ppc64el s390x; do
+    case "$have_arches" in
+      *" $a "*) ;;
+      *)
+        echo "install-deps: dpkg --add-architecture $a (package lists of the $a test OS)"
+        dpkg --add-architecture "$a"
+        updated=
+        refresh
+        ;;
+    esac
+  done
 fi
 
 # qemu-img must come from the same Debian release as qemu-system-x86: if a
