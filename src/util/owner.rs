@@ -18,13 +18,18 @@ pub struct Owner {
     pub boot: String,
 }
 
-/// The start time of `pid` (field 22 of /proc/PID/stat), if it runs.
+/// The start time of `pid` (field 22 of /proc/PID/stat), if it runs. A
+/// zombie (exited, not yet reaped) does not run: it will clean up nothing.
 pub fn start_time(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces:
-    // count fields after the last ')'. Field 3 is the first after it.
-    let rest = &s[s.rfind(')')? + 1..];
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+    // count fields after the last ')'. Field 3 (the state) is the first
+    // after it.
+    let mut f = s[s.rfind(')')? + 1..].split_whitespace();
+    if matches!(f.next()?, "Z" | "X") {
+        return None;
+    }
+    f.nth(22 - 4)?.parse().ok()
 }
 
 fn boot_id() -> String {
@@ -139,13 +144,15 @@ mod tests {
             ..me.clone()
         };
         assert!(old.why_dead().unwrap().contains("reboot"));
-        // An exited child.
-        let mut c = std::process::Command::new("true").spawn().unwrap();
-        let o = Owner {
-            pid: c.id(),
-            start: 0,
-            boot: me.boot.clone(),
-        };
+        // A child: alive, then a zombie (exited, not reaped), then gone.
+        let mut c = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let o = Owner::of(c.id()).unwrap();
+        assert!(o.alive());
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert!(!o.alive(), "a zombie is not alive");
         c.wait().unwrap();
         assert!(!o.alive());
         assert_eq!(Owner::parse("12.x.ab"), None);
