@@ -61,6 +61,9 @@ pub fn run(a: GcArgs) -> Result<()> {
         for r in &p.in_use {
             println!("kept {r}: in use by a running bootimage-gen");
         }
+        if !p.pruned_objects {
+            println!("an import was running: unused objects stay until the next gc");
+        }
         println!(
             "cache {}: {} before, {} after",
             cache.display(),

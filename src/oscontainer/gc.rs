@@ -51,6 +51,9 @@ pub struct Pruned {
     pub in_use: Vec<String>,
     pub size_before: u64,
     pub size_after: u64,
+    /// False when an import was running, so objects were not freed (the
+    /// next gc frees them).
+    pub pruned_objects: bool,
 }
 
 /// The entries of the cache at `dir`, least recently used first.
@@ -128,12 +131,41 @@ fn human_age(s: u64) -> String {
     }
 }
 
+/// Remove ostree-ext's image refs (`ostree/container/image/...`) whose
+/// manifest is `digest`: they, not only our ref, keep the commit alive.
+fn remove_container_images(repo: &Repo, digest: &str) -> Result<()> {
+    use ostree_ext::container::{store, ImageReference};
+    let r = ostree_ext::ostree::Repo::new_for_path(&repo.path);
+    r.open(ostree_ext::gio::Cancellable::NONE)
+        .with_context(|| format!("opening ostree repo {}", repo.path.display()))?;
+    for name in store::list_images(&r)? {
+        let Ok(ir) = ImageReference::try_from(name.as_str()) else {
+            continue;
+        };
+        let Some(state) = store::query_image(&r, &ir)? else {
+            continue;
+        };
+        if state.manifest_digest.to_string() == digest {
+            store::remove_image(&r, &ir)?;
+        }
+    }
+    Ok(())
+}
+
+/// The lock an import holds shared while it writes into the repo; gc frees
+/// layers and objects only while it holds it exclusively (no import runs).
+pub fn repo_write_lock(cache: &Path) -> PathBuf {
+    cache.join("locks/repo-write.lock")
+}
+
 /// Remove one entry if no live run holds it; `Ok(false)` when in use.
 fn remove(cache: &Path, repo: &Repo, e: &Entry) -> Result<bool> {
     let Some(_l) = Lock::try_exclusive(&e.lock)? else {
         return Ok(false);
     };
-    if e.kind == Kind::Os {
+    if e.kind == Kind::Os && repo.path.join("config").is_file() {
+        remove_container_images(repo, &e.name)
+            .with_context(|| format!("removing OS image {} from the cache's repo", e.name))?;
         let r = Cache::image_ref(&e.name);
         // Absent already is fine: the record is what makes an entry.
         let _ = cmd::run(&mut cmd::new(
@@ -156,9 +188,17 @@ fn remove(cache: &Path, repo: &Repo, e: &Entry) -> Result<bool> {
     Ok(true)
 }
 
-/// Free the objects no ref reaches any more (ostree locks the repo against
-/// concurrent imports itself).
-fn ostree_prune(repo: &Repo) -> Result<()> {
+/// Free the layers no image uses and the objects no ref reaches; skipped
+/// (`Ok(false)`) while an import writes into the repo.
+fn ostree_prune(cache: &Path, repo: &Repo) -> Result<bool> {
+    let Some(_l) = Lock::try_exclusive(&repo_write_lock(cache))? else {
+        return Ok(false);
+    };
+    let r = ostree_ext::ostree::Repo::new_for_path(&repo.path);
+    r.open(ostree_ext::gio::Cancellable::NONE)
+        .with_context(|| format!("opening ostree repo {}", repo.path.display()))?;
+    ostree_ext::container::store::gc_image_layers(&r)
+        .with_context(|| format!("freeing unused layers in {}", repo.path.display()))?;
     cmd::run(&mut cmd::new(
         "ostree",
         [
@@ -168,13 +208,14 @@ fn ostree_prune(repo: &Repo) -> Result<()> {
         ],
     ))
     .with_context(|| format!("pruning ostree repo {}", repo.path.display()))?;
-    Ok(())
+    Ok(true)
 }
 
 /// Apply `policy` to the cache at `dir`.
 pub fn prune(dir: &Path, policy: &Policy) -> Result<Pruned> {
     let mut p = Pruned {
         size_before: size(dir),
+        pruned_objects: true,
         ..Default::default()
     };
     let repo = Repo {
@@ -202,7 +243,7 @@ pub fn prune(dir: &Path, policy: &Policy) -> Result<Pruned> {
         }
     }
     if removed_os && have_repo {
-        ostree_prune(&repo)?;
+        p.pruned_objects &= ostree_prune(dir, &repo)?;
         removed_os = false;
     }
     // By size: least recently used first, measuring after each removal.
@@ -219,7 +260,7 @@ pub fn prune(dir: &Path, policy: &Policy) -> Result<Pruned> {
             }
             if remove(dir, &repo, &e)? {
                 if e.kind == Kind::Os && have_repo {
-                    ostree_prune(&repo)?;
+                    p.pruned_objects &= ostree_prune(dir, &repo)?;
                 }
                 p.removed.push(describe(&e));
                 cur = size(dir);
@@ -229,7 +270,7 @@ pub fn prune(dir: &Path, policy: &Policy) -> Result<Pruned> {
         }
     }
     if removed_os && have_repo {
-        ostree_prune(&repo)?;
+        p.pruned_objects &= ostree_prune(dir, &repo)?;
     }
     p.size_after = size(dir);
     Ok(p)

@@ -205,6 +205,11 @@ pub async fn import(
     let cached = match cache.lookup(&img.digest) {
         Some(_) => true,
         None => {
+            // gc frees layers and objects only while no import writes.
+            let _writing = crate::util::lock::Lock::shared(
+                &gc::repo_write_lock(&cache.dir),
+                "writing into the cache's ostree repo",
+            )?;
             let labels = img.labels();
             let rec = match format {
                 OsFormat::OstreeNative => import_native(cache, fetcher, img, labels).await?,
