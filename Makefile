@@ -74,7 +74,7 @@ fuzz: deps
 	nice -n 19 bash fuzz/run.sh -j $(FUZZ_JOBS) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The chaos tier at full size (README "Recovery"; `make test` runs
-# CHAOS_RUNS=5): 50 SIGKILLs at random moments each followed by a normal
+# CHAOS_RUNS=4): 50 SIGKILLs at random moments each followed by a normal
 # run, 50 SIGINT/SIGTERMs, ENOSPC on a small ext4, gc. Prints its figures and
 # seed (CHAOS_SEED replays one). About 20 minutes on 2 cores.
 CHAOS_RUNS ?= 50
