@@ -118,7 +118,9 @@ fn serve(
     // connection sit out skopeo's 10 s TLS handshake timeout.
     let mut first = [0u8; 1];
     if c.peek(&mut first).ok() == Some(1) && first[0] == 0x16 {
-        let _ = c.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n");
+        let _ = c.write_all(
+            b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+        );
         return;
     }
     let Some(head) = read_head(&mut c) else {
