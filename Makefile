@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench image install fuzz
+.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench image install fuzz chaos
 
 all: build
 
@@ -72,6 +72,14 @@ FUZZ_SECONDS ?= 300
 FUZZ_JOBS ?= 1
 fuzz: deps
 	nice -n 19 bash fuzz/run.sh -j $(FUZZ_JOBS) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The chaos tier at full size (README "Recovery"; `make test` runs
+# CHAOS_RUNS=4): 50 SIGKILLs at random moments each followed by a normal
+# run, 50 SIGINT/SIGTERMs, ENOSPC on a small ext4, gc. Prints its figures and
+# seed (CHAOS_SEED replays one). About 20 minutes on 2 cores.
+CHAOS_RUNS ?= 50
+chaos: deps
+	CHAOS_RUNS=$(CHAOS_RUNS) $(CARGO) test --release --features privileged --test chaos -- --test-threads=2 --nocapture
 
 fmt:
 	$(CARGO) fmt

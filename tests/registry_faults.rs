@@ -1,4 +1,4 @@
-//! Registry faults (privileged tier: the fixture release; about 3 min):
+//! Registry faults (privileged tier: the fixture release; about 25 s):
 //! `inspect` of the test release through a fault-injecting proxy
 //! (tests/common/faults.rs) in front of the test registry, one fault kind
 //! at a time on the release's manifests layer: a connection reset mid-blob,

@@ -22,5 +22,34 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let settings = Settings::new(flags, || super::input_settings(&a.input))?;
     // Two runs into one output directory: the second refuses at once.
     let _out_lock = crate::util::lock::DirLock::output(&settings.output)?;
+    if !settings.dry_run {
+        recover(&settings.input.cache_dir, &settings.output);
+    }
     crate::pipeline::run(&settings)
+}
+
+/// What killed runs left (their work dirs, VM, mounts, loop devices, and
+/// `.partial` files in this output directory, which we now hold locked):
+/// removed, with one line saying what. A failure here only warns: the run
+/// itself does not depend on it.
+fn recover(cache: &std::path::Path, out: &std::path::Path) {
+    use crate::sys::stale;
+    let t = std::time::Instant::now();
+    let mut s = stale::sweep_output(out);
+    if cache.is_dir() {
+        match stale::sweep_cache(cache) {
+            Ok(c) => s.add(c),
+            Err(e) => tracing::warn!(
+                "looking for leftovers of killed runs in {}: {e:#}",
+                cache.display()
+            ),
+        }
+    }
+    tracing::info!("recovery sweep: {s} in {:.1?}", t.elapsed());
+    if !s.is_empty() {
+        crate::util::ui::status(format!(
+            "recovered from a killed run: removed {s} (in {:.1?})",
+            t.elapsed()
+        ));
+    }
 }

@@ -1,5 +1,6 @@
 //! Command handlers, named after the CLI path.
 pub mod completions;
+pub mod gc;
 pub mod generate;
 pub mod inspect;
 pub mod platforms;
@@ -26,6 +27,7 @@ pub fn run(cli: Cli) -> Result<()> {
             generate::run(a)
         }
         Command::Platforms(a) => platforms::run(a),
+        Command::Gc(a) => gc::run(a),
         Command::VmJob(a) => crate::backend::vm::job_main(&a.job, &a.result),
         Command::Completions(a) => completions::completions(a),
         Command::Man(a) => completions::man(a),

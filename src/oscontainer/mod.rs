@@ -3,6 +3,7 @@
 //! a verified local pull from `/srv/repo`), and read what the OS says about
 //! itself (version, kernel, osname, bootimage configuration).
 pub mod config;
+pub mod gc;
 pub mod repo;
 
 use crate::image::fetch::{Fetcher, Image};
@@ -62,6 +63,8 @@ pub fn detect_format(labels: &BTreeMap<String, String>, what: &str) -> Result<Os
 pub struct Cache {
     pub dir: PathBuf,
     pub repo: Repo,
+    /// Shared locks on the entries this run uses (`gc` leaves them alone).
+    uses: std::sync::Mutex<Vec<crate::util::lock::Lock>>,
 }
 
 /// What an import left in the cache (`<cache>/os/<digest>/import.json`).
@@ -107,17 +110,49 @@ impl Cache {
         Ok(Cache {
             dir: dir.to_path_buf(),
             repo,
+            uses: Default::default(),
         })
     }
 
     /// A scratch dir inside the cache (same filesystem), removed on drop.
+    /// Its name records its owner (`work-PID.START.BOOT-…`) so that a later
+    /// run can remove it if this one is killed (`sys::stale`).
     pub fn tempdir(&self) -> Result<tempfile::TempDir> {
         let t = self.dir.join("tmp");
-        std::fs::create_dir_all(&t)?;
+        std::fs::create_dir_all(&t)
+            .with_context(|| format!("creating the cache's scratch area {}", t.display()))?;
         tempfile::Builder::new()
-            .prefix("work-")
+            .prefix(&crate::sys::stale::work_prefix())
             .tempdir_in(&t)
+            .map_err(|e| crate::util::space::explain(e, &t, 0))
             .context("creating a scratch dir in the cache")
+    }
+
+    /// The lock file of the OS entry for `digest`: held exclusively while
+    /// importing, shared while a run uses the entry, exclusively by `gc`.
+    pub fn os_lock_path(&self, digest: &str) -> PathBuf {
+        self.dir
+            .join("locks")
+            .join(format!("os-{}.lock", digest.replace(':', "-")))
+    }
+
+    /// [`Cache::lookup`] for a run that goes on to use the entry: holds a
+    /// shared lock on it (until the cache is dropped) so `gc` cannot remove
+    /// it meanwhile, and marks it used now (`gc --max-age`).
+    pub fn lookup_for_use(&self, digest: &str) -> Result<Option<ImportRecord>> {
+        let l = crate::util::lock::Lock::shared(
+            &self.os_lock_path(digest),
+            &format!("using OS image {digest} from this cache"),
+        )?;
+        let Some(rec) = self.lookup(digest) else {
+            return Ok(None);
+        };
+        let _ = std::fs::File::options()
+            .write(true)
+            .open(self.record_path(digest))
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        self.uses.lock().expect("cache locks").push(l);
+        Ok(Some(rec))
     }
 
     fn record_path(&self, digest: &str) -> PathBuf {
@@ -159,27 +194,41 @@ pub async fn import(
     img: &Image,
     format: OsFormat,
 ) -> Result<(ImportRecord, bool)> {
-    if let Some(rec) = cache.lookup(&img.digest) {
+    if let Some(rec) = cache.lookup_for_use(&img.digest)? {
         return Ok((rec, true));
     }
     // One import per digest at a time; a run that waited finds the other's.
-    let _lock = crate::util::lock::Lock::wait(
-        &cache
-            .dir
-            .join("locks")
-            .join(format!("os-{}.lock", img.digest.replace(':', "-"))),
+    let lock = crate::util::lock::Lock::wait(
+        &cache.os_lock_path(&img.digest),
         &format!("importing OS image {} into this cache", img.digest),
     )?;
-    if let Some(rec) = cache.lookup(&img.digest) {
-        return Ok((rec, true));
-    }
-    let labels = img.labels();
-    let rec = match format {
-        OsFormat::OstreeNative => import_native(cache, fetcher, img, labels).await?,
-        OsFormat::Legacy => import_legacy(cache, fetcher, img, labels).await?,
+    let cached = match cache.lookup(&img.digest) {
+        Some(_) => true,
+        None => {
+            // gc frees layers and objects only while no import writes.
+            let _writing = crate::util::lock::Lock::shared(
+                &gc::repo_write_lock(&cache.dir),
+                "writing into the cache's ostree repo",
+            )?;
+            let labels = img.labels();
+            let rec = match format {
+                OsFormat::OstreeNative => import_native(cache, fetcher, img, labels).await?,
+                OsFormat::Legacy => import_legacy(cache, fetcher, img, labels).await?,
+            };
+            cache.store(&rec)?;
+            false
+        }
     };
-    cache.store(&rec)?;
-    Ok((rec, false))
+    // From making the entry to using it: exclusive, then shared.
+    drop(lock);
+    match cache.lookup_for_use(&img.digest)? {
+        Some(rec) => Ok((rec, cached)),
+        None => bail!(
+            "OS image {}: its import in cache {} vanished right after it was made (removed by `bootimage-gen gc`?); run again",
+            img.digest,
+            cache.dir.display()
+        ),
+    }
 }
 
 async fn import_native(

@@ -16,12 +16,33 @@ use crate::platforms::{self, PlatformSpec};
 use crate::publish::aws;
 use crate::publish::meta::{self, Meta};
 use crate::sys::workdir::WorkDir;
+use crate::util::space::{self, Place};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
 use build::{Base, Builder};
 
-/// Run `generate` with validated settings.
+/// Run `generate` with validated settings. A disk-full error anywhere
+/// (ours or a tool's) comes back with one line in front naming the
+/// filesystem, what the run needed there and what is free.
 pub fn run(s: &Settings) -> Result<()> {
+    let mut places = vec![
+        Place {
+            role: "cache".into(),
+            path: s.input.cache_dir.clone(),
+            need: 0,
+            fix: "free some space there or use --cache-dir on a larger filesystem; an import cut short leaves no entry, so the cache stays valid".into(),
+        },
+        Place {
+            role: "output directory".into(),
+            path: s.output.clone(),
+            need: 0,
+            fix: "free some space there or choose another with -o".into(),
+        },
+    ];
+    run_stages(s, &mut places).map_err(|e| space::explain_places(e, &places))
+}
+
+fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<()> {
     let chosen = backend::choose(s.backend)?;
     // Region and credentials from the AWS chain, before anything is built.
     let aws = s.aws.as_ref().map(aws::Session::connect).transpose()?;
@@ -56,7 +77,8 @@ pub fn run(s: &Settings) -> Result<()> {
     let new_meta = build::start_meta(&plan, os, &loaded.resolved);
     check_output_meta(s, &new_meta)?;
     let work = WorkDir::adopt(loaded.cache.tempdir()?);
-    preflight::check_space(&plan, work.path(), &s.output)?;
+    *places = preflight::space_places(&plan, work.path(), &s.output);
+    preflight::check_space(places)?;
     std::fs::create_dir_all(&s.output)
         .with_context(|| format!("creating output directory {}", s.output.display()))?;
     reporter.note(&format!(

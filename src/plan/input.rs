@@ -52,7 +52,7 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
         t.elapsed()
     );
     let mut rec = None;
-    if let Some(r) = cache.lookup(&resolved.os_digest) {
+    if let Some(r) = cache.lookup_for_use(&resolved.os_digest)? {
         ui::status(format!(
             "OS image {}: reusing the cached import (commit {})",
             short(&resolved.os_digest),

@@ -8,6 +8,7 @@ use crate::live::{self, iso::Syslinux};
 use crate::oscontainer::OsInfo;
 use crate::platforms::{self, Format, PlatformSpec};
 use crate::util::progress::Reporter;
+use crate::util::space::{describe_fs, mib, Place};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -462,10 +463,16 @@ pub fn free_space(p: &Path) -> Result<(u64, u64)> {
     Ok((s.f_bavail as u64 * s.f_frsize as u64, dev))
 }
 
+/// Hidden switch for tests: skip the free-space preflight so a real ENOSPC
+/// happens (and is reported) while writing.
+pub const SKIP_SPACE_CHECK_ENV: &str = "BOOTIMAGE_GEN_SKIP_SPACE_CHECK";
+
+/// The places the run writes to, with the estimated need of each (for the
+/// preflight below and for naming the filesystem of a later ENOSPC).
 /// Estimated bytes: the work dir holds the base disk's data, a boot
 /// filesystem per platform and a qcow2 before compression; each artifact
 /// holds at most the disk's data (compressed ones about half).
-pub fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
+pub fn space_places(plan: &Plan, work: &Path, out: &Path) -> Vec<Place> {
     let d = &plan.disk;
     let data = d.content_bytes + (64 << 20);
     let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20) + SPACE_MARGIN;
@@ -492,25 +499,50 @@ pub fn check_space(plan: &Plan, work: &Path, out: &Path) -> Result<()> {
         .sum::<u64>()
         + data / 2
         + SPACE_MARGIN;
+    vec![
+        Place {
+            role: "work directory in the cache".into(),
+            path: work.to_path_buf(),
+            need: work_need,
+            fix: "free some space there or use --cache-dir on a larger filesystem; the cache stays valid".into(),
+        },
+        Place {
+            role: "output directory".into(),
+            path: out.to_path_buf(),
+            need: out_need,
+            fix: "free some space there or choose another with -o; the cache stays valid for the next run".into(),
+        },
+    ]
+}
+
+/// Refuse a run that would not fit, naming the filesystem, the need and
+/// what is free.
+pub fn check_space(places: &[Place]) -> Result<()> {
+    if std::env::var_os(SKIP_SPACE_CHECK_ENV).is_some() {
+        return Ok(());
+    }
+    let [work, out] = places else {
+        bail!("internal: check_space takes the work and output places");
+    };
     // The output dir may not exist yet: measure its nearest existing ancestor.
     let out_fs = out
+        .path
         .ancestors()
         .find(|p| p.exists())
         .unwrap_or(Path::new("."));
-    let (wfree, wdev) = free_space(work)?;
+    let (wfree, wdev) = free_space(&work.path)?;
     let (ofree, odev) = free_space(out_fs)?;
-    let mib = |b: u64| format!("{} MiB", b.div_ceil(1 << 20));
     if wdev == odev {
-        let need = work_need + out_need;
+        let need = work.need + out.need;
         if wfree < need {
-            bail!("not enough free space: the build needs about {} ({} of work files in {}, {} of artifacts in {}) on one filesystem with {} free; free some space, or put -o or --cache-dir on a larger filesystem", mib(need), mib(work_need), work.display(), mib(out_need), out.display(), mib(wfree));
+            bail!("not enough free space on {}: the build needs about {} ({} of work files in {}, {} of artifacts in {}) and {} is free; free some space, or put -o or --cache-dir on a larger filesystem", describe_fs(&work.path), mib(need), mib(work.need), work.path.display(), mib(out.need), out.path.display(), mib(wfree));
         }
     } else {
-        if wfree < work_need {
-            bail!("not enough free space in the cache directory {}: the build needs about {} there and {} is free; use --cache-dir on a larger filesystem", work.display(), mib(work_need), mib(wfree));
+        if wfree < work.need {
+            bail!("not enough free space in the cache directory {} on {}: the build needs about {} there and {} is free; use --cache-dir on a larger filesystem", work.path.display(), describe_fs(&work.path), mib(work.need), mib(wfree));
         }
-        if ofree < out_need {
-            bail!("not enough free space for output directory {}: the artifacts need about {} and {} is free; choose another with -o", out.display(), mib(out_need), mib(ofree));
+        if ofree < out.need {
+            bail!("not enough free space for output directory {} on {}: the artifacts need about {} and {} is free; choose another with -o", out.path.display(), describe_fs(out_fs), mib(out.need), mib(ofree));
         }
     }
     Ok(())

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// Mode of published files.
 const MODE: u32 = 0o644;
 /// Suffix of a file being written.
-pub const PARTIAL_SUFFIX: &str = ".partial";
+pub const PARTIAL_SUFFIX: &str = crate::sys::stale::PARTIAL_SUFFIX;
 
 /// A file being written under a temporary name next to its destination.
 #[must_use = "a staged file is removed unless committed"]

@@ -3,4 +3,5 @@
 //! `close()` that keeps the resource when the release fails, and by a
 //! best-effort `Drop` when an error or a signal unwinds the run.
 pub mod loopback;
+pub mod stale;
 pub mod workdir;

@@ -50,6 +50,8 @@ pub fn run(cmd: &mut Command) -> Result<Vec<u8>> {
     let line = render(cmd);
     tracing::debug!(target: "cmd", "running: {line}");
     super::cancel::check()?;
+    // A SIGKILLed run takes its tools along (nothing else would stop them).
+    super::owner::die_with_parent(cmd);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -22,12 +22,19 @@ const POLL: Duration = Duration::from_millis(200);
 pub struct Lock {
     file: File,
     path: PathBuf,
+    /// Exclusive holders write `PID n what` into the file (and clear it).
+    exclusive: bool,
 }
 
 /// `flock(fd, LOCK_EX | LOCK_NB)`: `Ok(false)` when another holds it.
 fn try_flock(f: &File) -> std::io::Result<bool> {
+    try_flock_mode(f, libc::LOCK_EX)
+}
+
+/// `flock(fd, mode | LOCK_NB)`: `Ok(false)` when another holds it.
+fn try_flock_mode(f: &File, mode: i32) -> std::io::Result<bool> {
     // SAFETY: flock on a descriptor we own; no memory is passed.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(f.as_raw_fd(), mode | libc::LOCK_NB) };
     if rc == 0 {
         return Ok(true);
     }
@@ -43,19 +50,47 @@ impl Lock {
     /// while another process holds it; says once (and again when the
     /// holder changes) for whom it waits. Ctrl-C stops the wait.
     pub fn wait(path: &Path, what: &str) -> Result<Lock> {
+        Self::wait_mode(path, what, libc::LOCK_EX)
+    }
+
+    /// A shared lock on `path` for a run that uses a cache entry (any
+    /// number of users; `gc` takes it exclusively, without waiting, before
+    /// it removes the entry). Waits while the entry is being made.
+    pub fn shared(path: &Path, what: &str) -> Result<Lock> {
+        Self::wait_mode(path, what, libc::LOCK_SH)
+    }
+
+    /// The exclusive lock if nobody holds the file (exclusively or shared).
+    pub fn try_exclusive(path: &Path) -> Result<Option<Lock>> {
+        let file = Self::open(path)?;
+        if !try_flock(&file).with_context(|| format!("locking {}", path.display()))? {
+            return Ok(None);
+        }
+        Ok(Some(Lock {
+            file,
+            path: path.to_path_buf(),
+            exclusive: false,
+        }))
+    }
+
+    fn open(path: &Path) -> Result<File> {
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
-        let file = std::fs::OpenOptions::new()
+        std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)
-            .with_context(|| format!("opening lock file {}", path.display()))?;
+            .with_context(|| format!("opening lock file {}", path.display()))
+    }
+
+    fn wait_mode(path: &Path, what: &str, mode: i32) -> Result<Lock> {
+        let file = Self::open(path)?;
         let mut told = String::new();
         loop {
-            if try_flock(&file).with_context(|| format!("locking {}", path.display()))? {
+            if try_flock_mode(&file, mode).with_context(|| format!("locking {}", path.display()))? {
                 break;
             }
             let holder = holder_of(&file);
@@ -78,7 +113,11 @@ impl Lock {
         let mut l = Lock {
             file,
             path: path.to_path_buf(),
+            exclusive: mode == libc::LOCK_EX,
         };
+        if !l.exclusive {
+            return Ok(l);
+        }
         l.file.set_len(0)?;
         l.file.rewind()?;
         write!(l.file, "PID {} {what}", std::process::id())?;
@@ -96,7 +135,9 @@ impl Drop for Lock {
     fn drop(&mut self) {
         // Leave the file (removing it would race with a run that has opened
         // it and waits); the next holder overwrites the text.
-        let _ = self.file.set_len(0);
+        if self.exclusive {
+            let _ = self.file.set_len(0);
+        }
     }
 }
 
@@ -255,6 +296,26 @@ mod tests {
         );
         // Released with its holder.
         drop(DirLock::try_lock(d.path(), "output directory").unwrap());
+    }
+
+    #[test]
+    fn shared_users_keep_gc_out() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("e.lock");
+        let a = Lock::shared(&p, "using E").unwrap();
+        let b = Lock::shared(&p, "using E").unwrap();
+        assert!(Lock::try_exclusive(&p).unwrap().is_none());
+        drop(a);
+        assert!(Lock::try_exclusive(&p).unwrap().is_none());
+        drop(b);
+        let g = Lock::try_exclusive(&p)
+            .unwrap()
+            .expect("free once the users left");
+        // While gc holds it, a user waits (here: does not get it at once).
+        let f = File::open(&p).unwrap();
+        assert!(!try_flock_mode(&f, libc::LOCK_SH).unwrap());
+        drop(g);
+        assert!(try_flock_mode(&f, libc::LOCK_SH).unwrap());
     }
 
     #[test]

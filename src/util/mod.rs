@@ -4,7 +4,9 @@ pub mod cancel;
 pub mod cmd;
 pub mod container;
 pub mod lock;
+pub mod owner;
 pub mod progress;
+pub mod space;
 pub mod ui;
 
 /// Worker threads for `n` (0: one per CPU).

@@ -111,6 +111,18 @@ fn serve(
     hits: &Mutex<Vec<(Instant, bool)>>,
     stop: &AtomicBool,
 ) {
+    // containers/image tries HTTPS first even for an --insecure registry
+    // and falls back to plain HTTP only once the TLS handshake fails. Answer
+    // a TLS ClientHello (record type 0x16) as Go's plain HTTP server does,
+    // at once; waiting for an HTTP head that never comes made each
+    // connection sit out skopeo's 10 s TLS handshake timeout.
+    let mut first = [0u8; 1];
+    if c.peek(&mut first).ok() == Some(1) && first[0] == 0x16 {
+        let _ = c.write_all(
+            b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+        );
+        return;
+    }
     let Some(head) = read_head(&mut c) else {
         return;
     };

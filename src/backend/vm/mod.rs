@@ -99,7 +99,9 @@ pub fn missing(kvm: bool) -> Option<String> {
 /// guest that is never started (`-S`) shows it: qemu answers a QMP
 /// `query-status` only if it survived the set-up.
 fn kvm_guest_starts() -> std::result::Result<(), String> {
-    let child = Command::new("qemu-system-x86_64")
+    let mut probe = Command::new("qemu-system-x86_64");
+    crate::util::owner::die_with_parent(&mut probe);
+    let child = probe
         .args(["-machine", "q35,accel=kvm", "-cpu", "host", "-m", "64"])
         .args(["-nodefaults", "-no-user-config", "-display", "none", "-S"])
         .args(["-monitor", "none", "-serial", "none", "-qmp", "stdio"])
@@ -242,6 +244,8 @@ struct Appliance {
     kernel: PathBuf,
     initrd: PathBuf,
     root: PathBuf,
+    /// Shared while the VM uses it: `gc` and newer builds leave it alone.
+    _use: crate::util::lock::Lock,
 }
 
 /// Packages owning the shared libraries this binary links.
@@ -317,21 +321,29 @@ fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
     );
     let key = crate::util::sha256_hex(key_src.as_bytes());
     let out = dir.join(&key[..16]);
-    let done = |d: &Path| Appliance {
-        kernel: d.join("kernel"),
-        initrd: d.join("initrd"),
-        root: d.join("root"),
+    // The lock lives with the cache's other locks (`<cache>/locks/`), not
+    // among the appliances: exclusive while building, shared while a VM
+    // uses it.
+    let locks = dir.parent().unwrap_or(dir).join("locks");
+    let lock_path = appliance_lock(&locks, &key[..16]);
+    let what = format!("using the VM appliance {}", out.display());
+    let done = |d: &Path| -> Result<Appliance> {
+        let l = crate::util::lock::Lock::shared(&lock_path, &what)?;
+        let _ = std::fs::File::open(d).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        Ok(Appliance {
+            kernel: d.join("kernel"),
+            initrd: d.join("initrd"),
+            root: d.join("root"),
+            _use: l,
+        })
     };
     if out.join("root").exists() {
         r.note(&format!("VM appliance: cached {}", out.display()));
-        return Ok(done(&out));
+        return done(&out);
     }
     // One build per appliance at a time; a run that waited finds the other's.
-    // The lock lives with the cache's other locks (`<cache>/locks/`), not
-    // among the appliances.
-    let locks = dir.parent().unwrap_or(dir).join("locks");
-    let _lock = crate::util::lock::Lock::wait(
-        &locks.join(format!("appliance-{}.lock", &key[..16])),
+    let lock = crate::util::lock::Lock::wait(
+        &lock_path,
         &format!("building the VM appliance {}", out.display()),
     )?;
     if out.join("root").exists() {
@@ -339,12 +351,16 @@ fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
             "VM appliance: built by another run {}",
             out.display()
         ));
-        return Ok(done(&out));
+        drop(lock);
+        return done(&out);
     }
     let step = r.step("VM appliance");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = tempfile::Builder::new()
-        .prefix(".build-")
+        .prefix(&format!(
+            ".build-{}-",
+            crate::util::owner::Owner::me().tag()
+        ))
         .tempdir_in(dir)
         .with_context(|| format!("creating a build directory in {}", dir.display()))?;
     let sd = tmp.path().join("supermin.d");
@@ -393,18 +409,28 @@ fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
         Err(_) if out.join("root").exists() => {}
         Err(e) => return Err(e).with_context(|| format!("renaming to {}", out.display())),
     }
-    // Older appliances are of no more use.
+    // Older appliances are of no more use, unless a VM still runs on one.
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             let p = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
             if p != out && !name.starts_with('.') {
-                let _ = std::fs::remove_dir_all(&p);
+                if let Ok(Some(_l)) =
+                    crate::util::lock::Lock::try_exclusive(&appliance_lock(&locks, &name))
+                {
+                    let _ = std::fs::remove_dir_all(&p);
+                }
             }
         }
     }
     step.done(&format!("{}", out.display()));
-    Ok(done(&out))
+    drop(lock);
+    done(&out)
+}
+
+/// The lock file of the appliance `<cache>/appliance/<name>`.
+pub fn appliance_lock(locks: &Path, name: &str) -> PathBuf {
+    locks.join(format!("appliance-{name}.lock"))
 }
 
 /// How the job ended inside the VM.
@@ -493,6 +519,9 @@ pub fn run(
         append.push_str(" bootimage_gen.hang=1");
     }
     let mut c = Command::new("qemu-system-x86_64");
+    // A SIGKILLed run takes its VM along (and `sys::stale` finds the pidfile
+    // should the VM outlive it anyway).
+    crate::util::owner::die_with_parent(&mut c);
     c.args([
         "-machine",
         if kvm {
@@ -547,6 +576,11 @@ pub fn run(
         .spawn()
         .context("starting qemu-system-x86_64 for the backend VM")?;
     let mut vm = Vm(child);
+    if let Some(o) = crate::util::owner::Owner::of(vm.0.id()) {
+        let p = job.work.join(crate::sys::stale::VM_PIDFILE);
+        crate::util::owner::write_pidfile(&p, &o)
+            .with_context(|| format!("writing the VM's pidfile {}", p.display()))?;
+    }
     r.note(&format!(
         "backend VM ({}, {cpus} CPUs, {} MiB) started",
         if kvm { "KVM" } else { "emulated, TCG" },
