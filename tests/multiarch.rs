@@ -897,3 +897,36 @@ fn boot_pxe_by_kernel_and_initrds_s390x() {
         Mode::LivePxe,
     );
 }
+
+/// The nokvm appliance (x86_64, TCG) builds an s390x disk the same way as
+/// loopback: its appliance carries qemu-user-static for the OS's zipl. The
+/// disk has zipl's record and boots.
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn s390x_disk_from_the_nokvm_vm_boots() {
+    let root = top().join("target/tmp/multiarch-s390x-vm");
+    let _ = std::fs::remove_dir_all(&root);
+    let raw = root.join("raw");
+    let (_, _, log) = generate_logged(
+        &root,
+        &[
+            &oci("release-multi"),
+            "metal",
+            "--arch",
+            "s390x",
+            "--backend",
+            "nokvm",
+            "--debug-raw-dir",
+            raw.to_str().unwrap(),
+        ],
+    );
+    assert!(log.contains("backend VM stopped"), "{log}");
+    let disk = raw.join("metal.raw");
+    let head = std::fs::read(&disk).unwrap();
+    assert_eq!(&head[..4], b"zIPL");
+    boots_z(Media::disk(disk), "metal", Mode::Disk);
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -286,10 +286,33 @@ fn library_packages(exe: &Path) -> Result<Vec<String>> {
     Ok(pkgs)
 }
 
-/// Build (or reuse) the appliance under `dir`.
-fn appliance(dir: &Path, exe: &Path, r: &Reporter) -> Result<Appliance> {
+/// Packages the job needs for the disk's arch on top of [`TOOL_PACKAGES`]:
+/// s390x runs the OS's zipl under qemu-s390x-static.
+pub fn arch_packages(arch: &str) -> &'static [&'static str] {
+    if crate::platforms::arch_boot(arch).zipl && std::env::consts::ARCH != "s390x" {
+        &["qemu-user-static"]
+    } else {
+        &[]
+    }
+}
+
+/// Build (or reuse) the appliance under `dir`, with `extra` packages.
+fn appliance(dir: &Path, exe: &Path, extra: &[&str], r: &Reporter) -> Result<Appliance> {
     let (kernel, modules) = host_kernel()?;
-    let mut pkgs: Vec<String> = TOOL_PACKAGES.iter().map(|s| s.to_string()).collect();
+    for p in extra {
+        let ok = Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
+        if !ok {
+            bail!("the VM appliance for this disk needs the host package {p} (it copies the host's programs), which is not installed: apt-get install {p}");
+        }
+    }
+    let mut pkgs: Vec<String> = TOOL_PACKAGES
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
     for p in library_packages(exe)? {
         if !pkgs.contains(&p) {
             pkgs.push(p);
@@ -495,7 +518,12 @@ pub fn run(
         }
     }
     let exe = std::env::current_exe().context("finding this program")?;
-    let app = appliance(&cache_dir.join("appliance"), &exe, r)?;
+    let app = appliance(
+        &cache_dir.join("appliance"),
+        &exe,
+        arch_packages(&job.disk.arch),
+        r,
+    )?;
     let vmdir = job.work.join("vm");
     std::fs::create_dir_all(vmdir.join("tmp"))?;
     let guest_exe = vmdir.join("bootimage-gen");
