@@ -21,6 +21,8 @@ pub const WORK_PREFIX: &str = "work-";
 pub const VM_PIDFILE: &str = "vm/qemu.pid";
 /// Suffix of a staged file in an output directory (`publish::staged`).
 pub const PARTIAL_SUFFIX: &str = ".partial";
+/// How long a busy mount or loop device of a killed run is retried.
+const BUSY_WAIT: Duration = Duration::from_secs(3);
 /// How long a killed VM may take to disappear.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
@@ -186,7 +188,17 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
                 .output()
                 .is_ok_and(|o| o.status.success())
         };
-        if ok(&[]) || ok(&["-l"]) {
+        // The killed run's tools may still be dying (SIGKILL waits for an
+        // I/O in flight) and keep the mount busy for a moment: retry for up
+        // to BUSY_WAIT before a lazy unmount, which would leave the
+        // filesystem, and the loop device under it, alive until they exit.
+        let t = Instant::now();
+        let mut done = ok(&[]);
+        while !done && t.elapsed() < BUSY_WAIT {
+            std::thread::sleep(Duration::from_millis(100));
+            done = ok(&[]);
+        }
+        if done || ok(&["-l"]) {
             s.mounts += 1;
         } else {
             s.kept
@@ -194,19 +206,36 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
         }
     }
     // Loop devices over files in it (also over files since deleted).
+    // `losetup -d` of a device still open only marks it for autoclear:
+    // count it removed only once the kernel has let it go.
     for (dev, back) in loops() {
-        if back.starts_with(dir) {
-            let ok = std::process::Command::new("losetup")
+        if !back.starts_with(dir) {
+            continue;
+        }
+        let t = Instant::now();
+        let attached = || {
+            dev.file_name().is_some_and(|n| {
+                Path::new("/sys/block")
+                    .join(n)
+                    .join("loop/backing_file")
+                    .exists()
+            })
+        };
+        while attached() && t.elapsed() < BUSY_WAIT {
+            let _ = std::process::Command::new("losetup")
                 .arg("-d")
                 .arg(&dev)
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if ok {
-                s.loops += 1;
-            } else {
-                s.kept
-                    .push(format!("loop device {} (losetup -d failed)", dev.display()));
-            }
+                .output();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if attached() {
+            s.kept.push(format!(
+                "loop device {} over {} (still in use)",
+                dev.display(),
+                back.display()
+            ));
+        } else {
+            s.loops += 1;
         }
     }
     // Never remove through a mount point that is still there.
