@@ -149,6 +149,13 @@ fn table() -> Vec<(
             "disk",
         ),
         (
+            "powervs",
+            format!("rhcos-{V}-powervs.x86_64.ova.gz"),
+            "powervs",
+            "ova.gz",
+            "disk",
+        ),
+        (
             "proxmoxve",
             format!("rhcos-{V}-proxmoxve.x86_64.qcow2.gz"),
             "proxmoxve",
@@ -287,16 +294,16 @@ fn check(base: Option<&str>) {
         assert_eq!(a.signature, None);
         count += 1;
     }
-    assert_eq!(count, 26);
-    // Nothing else: 21 platforms, metal with its 4 formats.
+    assert_eq!(count, 27);
+    // Nothing else: 22 platforms, metal with its 4 formats.
     let total: usize = arch
         .artifacts
         .values()
         .flat_map(|p| p.formats.values())
         .map(|k| k.len())
         .sum();
-    assert_eq!(total, 26);
-    assert_eq!(arch.artifacts.len(), 21);
+    assert_eq!(total, 27);
+    assert_eq!(arch.artifacts.len(), 22);
     assert_eq!(arch.artifacts["metal"].formats.len(), 4);
 
     // The crate's own query helper.
