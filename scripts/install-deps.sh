@@ -81,7 +81,15 @@ done
 # Done once, only when something must be installed.
 export DEBIAN_FRONTEND=noninteractive
 updated=
-refresh() { [ -n "$updated" ] || { apt-get update -q; updated=1; }; }
+# A mirror caught mid-sync fails one index (say bookworm-security's ppc64el
+# Packages) while the rest update: apt keeps the lists it has for that one
+# and exits 100. That must not stop the set-up; a package that is really
+# missing then fails apt-get install with apt's own message.
+refresh() {
+  [ -n "$updated" ] && return
+  apt-get update -q || echo "install-deps: apt-get update reported errors (above); going on with the lists it fetched" >&2
+  updated=1
+}
 
 # The test OS of other arches is made of that arch's Debian packages
 # (fixtures/os/foreign-sysroot.sh downloads and unpacks them, never
@@ -94,11 +102,11 @@ if [ "$mode" = all ]; then
       *)
         echo "install-deps: dpkg --add-architecture $a (package lists of the $a test OS)"
         dpkg --add-architecture "$a"
-        updated=
-        refresh
+        added=1
         ;;
     esac
   done
+  [ -z "${added:-}" ] || refresh
 fi
 
 # qemu-img must come from the same Debian release as qemu-system-x86: if a
