@@ -1,6 +1,7 @@
 //! Running inside a container (the tool's own image, `containerfiles/`):
 //! detect it, and word the checks that depend on how the container was
 //! started (volumes, `--privileged`) in podman's terms.
+use super::space::unescape;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
@@ -70,26 +71,6 @@ fn mounts() -> Vec<Mount> {
             })
         })
         .collect()
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An anonymous volume (what podman and docker create for an image's
