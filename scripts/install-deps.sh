@@ -91,23 +91,9 @@ refresh() {
   updated=1
 }
 
-# The test OS of other arches is made of that arch's Debian packages
-# (fixtures/os/foreign-sysroot.sh downloads and unpacks them, never
-# installs): their package lists must be there.
-if [ "$mode" = all ]; then
-  have_arches=" $(dpkg --print-foreign-architectures | tr '\n' ' ') "
-  for a in arm64 ppc64el s390x; do
-    case "$have_arches" in
-      *" $a "*) ;;
-      *)
-        echo "install-deps: dpkg --add-architecture $a (package lists of the $a test OS)"
-        dpkg --add-architecture "$a"
-        added=1
-        ;;
-    esac
-  done
-  [ -z "${added:-}" ] || refresh
-fi
+# (The test OS of other arches is made of that arch's Debian packages,
+# fetched with a private apt state: fixtures/os/foreign-apt.sh. The host's
+# architectures and lists are left alone.)
 
 # qemu-img must come from the same Debian release as qemu-system-x86: if a
 # newer (backports) qemu-utils is installed, pin both to the system's
