@@ -73,16 +73,8 @@ fn on_loop_in(b: &Built, disk: &str, losetup_opts: &str, cmd: &str) -> String {
     )
 }
 
-fn on_loop(disk: &str, losetup_opts: &str, cmd: &str) -> String {
-    on_loop_in(built(), disk, losetup_opts, cmd)
-}
-
 fn artifact_in(b: &Built, key: &str) -> PathBuf {
     image_file(&b.meta, &b.out, key)
-}
-
-fn artifact(key: &str) -> PathBuf {
-    artifact_in(built(), key)
 }
 
 /// What RHCOS ships for aarch64 (openshift/installer
@@ -140,7 +132,8 @@ fn metal_layout_is_aarch64s() {
     for (disk, ss) in [("metal.raw", 512), ("metal4k.raw", 4096)] {
         // Through a loop device of the disk's sector size (sfdisk reads a
         // file with 512-byte sectors).
-        let j: Value = serde_json::from_str(&on_loop(
+        let j: Value = serde_json::from_str(&on_loop_in(
+            built(),
             disk,
             &format!("--sector-size {ss}"),
             "sfdisk -J $l",
@@ -191,7 +184,8 @@ fn metal_layout_is_aarch64s() {
 #[test]
 fn bootupd_state_has_efi_only() {
     // The boot partition (129 MiB, 384 MiB) read in place.
-    let state = on_loop(
+    let state = on_loop_in(
+        built(),
         "metal.raw",
         "--offset=$((129<<20)) --sizelimit=$((384<<20))",
         "debugfs -R 'cat /bootupd-state.json' $l 2>/dev/null",
@@ -214,7 +208,7 @@ fn bootupd_state_has_efi_only() {
 #[test]
 fn live_iso_is_efi_only_and_coreos_installer_edits_it() {
     let b = built();
-    let iso = artifact("live-iso");
+    let iso = artifact_in(built(), "live-iso");
     let rep = sh(
         &format!(
             "xorriso -indev '{}' -report_el_torito plain 2>/dev/null",
@@ -292,10 +286,6 @@ fn ungz_in(b: &Built, key: &str, name: &str) -> PathBuf {
     p
 }
 
-fn ungz(key: &str, name: &str) -> PathBuf {
-    ungz_in(built(), key, name)
-}
-
 fn check_marker_in(b: &Built, r: &boot::BootResult, platform: &str, mode: Mode) {
     assert_eq!(r.marker.platform, platform, "{}", r.log);
     assert_eq!(r.marker.mode, mode, "{}", r.log);
@@ -304,14 +294,43 @@ fn check_marker_in(b: &Built, r: &boot::BootResult, platform: &str, mode: Mode) 
     assert_eq!(r.marker.version, b.meta["ostree-version"].as_str().unwrap());
 }
 
-fn check_marker(r: &boot::BootResult, platform: &str, mode: Mode) {
-    check_marker_in(built(), r, platform, mode)
+/// Boot `media` of `b`'s arch under `fw` and check its marker.
+fn boots(b: &Built, fw: Firmware, media: Media, platform: &str, mode: Mode) -> boot::BootResult {
+    let r = boot::assert_boots(&[media], fw, boot::default_timeout());
+    check_marker_in(b, &r, platform, mode);
+    eprintln!(
+        "{platform} {}/{fw} ({mode:?}): booted in {:.1?}",
+        b.arch, r.duration
+    );
+    r
+}
+
+/// PXE by `-kernel/-initrd` with `b`'s live files: the live ISO's kernel
+/// arguments without `coreos.liveiso=`, then `console`.
+fn pxe_media(b: &Built, console: &str) -> Media {
+    let kargs = sh(
+        &format!(
+            "coreos-installer iso kargs show '{}'",
+            artifact_in(b, "live-iso").display()
+        ),
+        &b.root,
+    );
+    let kargs: Vec<&str> = kargs
+        .split_whitespace()
+        .filter(|k| !k.starts_with("coreos.liveiso="))
+        .collect();
+    Media::kernel(
+        artifact_in(b, "live-kernel"),
+        &[
+            &artifact_in(b, "live-initramfs"),
+            &artifact_in(b, "live-rootfs"),
+        ],
+        &format!("{} {console}", kargs.join(" ")),
+    )
 }
 
 fn boots_disk(media: Media, platform: &str) {
-    let r = boot::assert_boots(&[media], Firmware::Aavmf, boot::default_timeout());
-    check_marker(&r, platform, Mode::Disk);
-    eprintln!("{platform} aarch64/AAVMF: booted in {:.1?}", r.duration);
+    boots(built(), Firmware::Aavmf, media, platform, Mode::Disk);
 }
 
 #[test]
@@ -341,7 +360,7 @@ fn boot_metal4k_aavmf_4k_disk() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn boot_qemu_qcow2_aavmf() {
-    let p = ungz("qemu", "qemu.qcow2");
+    let p = ungz_in(built(), "qemu", "qemu.qcow2");
     boots_disk(Media::disk_as(p, DiskFormat::Qcow2), "qemu");
 }
 
@@ -351,7 +370,7 @@ fn boot_qemu_qcow2_aavmf() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn boot_aws_vmdk_aavmf() {
-    let p = ungz("aws", "aws.vmdk");
+    let p = ungz_in(built(), "aws", "aws.vmdk");
     boots_disk(Media::disk_as(p, DiskFormat::Vmdk), "aws");
 }
 
@@ -361,16 +380,8 @@ fn boot_aws_vmdk_aavmf() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn boot_live_iso_as_cd_aavmf() {
-    let r = boot::assert_boots(
-        &[Media::Cdrom(artifact("live-iso"))],
-        Firmware::Aavmf,
-        boot::default_timeout(),
-    );
-    check_marker(&r, "metal", Mode::LiveIso);
-    eprintln!(
-        "live ISO as CD, aarch64/AAVMF: booted in {:.1?}",
-        r.duration
-    );
+    let media = Media::Cdrom(artifact_in(built(), "live-iso"));
+    boots(built(), Firmware::Aavmf, media, "metal", Mode::LiveIso);
 }
 
 #[test]
@@ -379,16 +390,8 @@ fn boot_live_iso_as_cd_aavmf() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn boot_live_iso_as_usb_disk_aavmf() {
-    let r = boot::assert_boots(
-        &[Media::UsbDisk(artifact("live-iso"))],
-        Firmware::Aavmf,
-        boot::default_timeout(),
-    );
-    check_marker(&r, "metal", Mode::LiveIso);
-    eprintln!(
-        "live ISO as USB disk, aarch64/AAVMF: booted in {:.1?}",
-        r.duration
-    );
+    let media = Media::UsbDisk(artifact_in(built(), "live-iso"));
+    boots(built(), Firmware::Aavmf, media, "metal", Mode::LiveIso);
 }
 
 #[test]
@@ -397,28 +400,13 @@ fn boot_live_iso_as_usb_disk_aavmf() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn boot_pxe_by_kernel_and_initrds_aarch64() {
-    let kargs = sh(
-        &format!(
-            "coreos-installer iso kargs show '{}'",
-            artifact("live-iso").display()
-        ),
-        &built().root,
-    );
-    let kargs: Vec<&str> = kargs
-        .split_whitespace()
-        .filter(|k| !k.starts_with("coreos.liveiso="))
-        .collect();
-    let r = boot::assert_boots(
-        &[Media::kernel(
-            artifact("live-kernel"),
-            &[&artifact("live-initramfs"), &artifact("live-rootfs")],
-            &format!("{} console=ttyAMA0", kargs.join(" ")),
-        )],
+    boots(
+        built(),
         Firmware::Aavmf,
-        boot::default_timeout(),
+        pxe_media(built(), "console=ttyAMA0"),
+        "metal",
+        Mode::LivePxe,
     );
-    check_marker(&r, "metal", Mode::LivePxe);
-    eprintln!("PXE -kernel/-initrd, aarch64: booted in {:.1?}", r.duration);
 }
 
 // ---------------------------------------------------------------------------
@@ -674,12 +662,7 @@ fn powervs_ova_is_cosas() {
 }
 
 fn boots_ppc(media: Media, platform: &str, mode: Mode) {
-    let r = boot::assert_boots(&[media], Firmware::Slof, boot::default_timeout());
-    check_marker_in(ppc(), &r, platform, mode);
-    eprintln!(
-        "{platform} ppc64le/SLOF ({mode:?}): booted in {:.1?}",
-        r.duration
-    );
+    boots(ppc(), Firmware::Slof, media, platform, mode);
 }
 
 #[test]
@@ -724,30 +707,7 @@ fn boot_live_iso_as_cd_slof() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn boot_pxe_by_kernel_and_initrds_ppc64le() {
-    let b = ppc();
-    let kargs = sh(
-        &format!(
-            "coreos-installer iso kargs show '{}'",
-            artifact_in(b, "live-iso").display()
-        ),
-        &b.root,
-    );
-    let kargs: Vec<&str> = kargs
-        .split_whitespace()
-        .filter(|k| !k.starts_with("coreos.liveiso="))
-        .collect();
-    boots_ppc(
-        Media::kernel(
-            artifact_in(b, "live-kernel"),
-            &[
-                &artifact_in(b, "live-initramfs"),
-                &artifact_in(b, "live-rootfs"),
-            ],
-            &format!("{} console=hvc0", kargs.join(" ")),
-        ),
-        "metal",
-        Mode::LivePxe,
-    );
+    boots_ppc(pxe_media(ppc(), "console=hvc0"), "metal", Mode::LivePxe);
 }
 
 // ---------------------------------------------------------------------------
@@ -834,15 +794,13 @@ fn s390x_layout_zipl_record_and_artifacts() {
 }
 
 fn boots_z(media: Media, platform: &str, mode: Mode) {
-    let r = boot::assert_boots(&[media], Firmware::S390Ccw, boot::default_timeout());
-    check_marker_in(z(), &r, platform, mode);
+    let r = boots(z(), Firmware::S390Ccw, media, platform, mode);
     let cmdline = r.cmdline.clone().unwrap_or_default();
     assert!(
         cmdline.contains("ignition.firstboot") && !cmdline.contains('$'),
         "{cmdline}\n{}",
         r.log
     );
-    eprintln!("{platform} s390x ({mode:?}): booted in {:.1?}", r.duration);
 }
 
 #[test]

@@ -34,8 +34,9 @@ pub struct PrepStats {
 }
 
 /// Write GRUB powerpc-ieee1275 into the PReP partition of `layout` on
-/// `disk` (any sector size: the ELF image is read by byte offset). The rest
-/// of the partition is zeroed so nothing stale follows the image.
+/// `disk` (any sector size: the ELF image is read by byte offset). `disk`
+/// is the new base disk, so the rest of the partition reads as zeros, as
+/// grub2-install wants it.
 pub fn install_prep(
     disk: &File,
     layout: &Layout,
@@ -60,9 +61,7 @@ pub fn install_prep(
             part.size
         );
     }
-    let mut data = core.clone();
-    data.resize(part.size as usize, 0);
-    disk.write_at(&data, part.start)
+    disk.write_at(&core, part.start)
         .with_context(|| format!("writing GRUB into the {PREP_LABEL} partition"))?;
     let stats = PrepStats {
         mkimage: prog.to_string(),

@@ -471,13 +471,14 @@ impl Builder<'_> {
         // The boot filesystem of this platform: derived once per distinct
         // boot setting (metal and metal4k share theirs) and kept for the run.
         let boot_p = base.layout.part("boot").clone();
+        let key = art.boot_setting(&d.arch).key();
         let boot_img = base
             .boots
-            .get(&art.boot_setting(&d.arch).key())
+            .get(&key)
             .with_context(|| format!("no boot filesystem was derived for {}", art.platform))?;
         // The disk as this platform sees it.
         let layout = Layout::with_root(&d.arch, disk_size, art.sector_size, d.root_size)?;
-        let ipl = match base.ipls.get(&art.boot_setting(&d.arch).key()) {
+        let ipl = match base.ipls.get(&key) {
             Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
             None => None,
         };

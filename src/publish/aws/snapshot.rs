@@ -423,6 +423,14 @@ mod tests {
     }
 
     fn client(url: &str) -> aws_sdk_ebs::Client {
+        client_with(url, aws_sdk_ebs::config::retry::RetryConfig::disabled())
+    }
+
+    /// A client of the fake EBS server at `url` with the SDK retrying as `retry` says.
+    fn client_with(
+        url: &str,
+        retry: aws_sdk_ebs::config::retry::RetryConfig,
+    ) -> aws_sdk_ebs::Client {
         let conf = aws_sdk_ebs::Config::builder()
             .behavior_version(aws_sdk_ebs::config::BehaviorVersion::latest())
             .region(aws_sdk_ebs::config::Region::new("us-iso-east-1"))
@@ -430,7 +438,7 @@ mod tests {
             .credentials_provider(aws_sdk_ebs::config::Credentials::new(
                 "testing", "testing", None, None, "test",
             ))
-            .retry_config(aws_sdk_ebs::config::retry::RetryConfig::disabled())
+            .retry_config(retry)
             .http_client(super::super::http_client().unwrap())
             .build();
         aws_sdk_ebs::Client::from_conf(conf)
@@ -514,22 +522,13 @@ mod tests {
             attempts: 5,
         };
         let sdk = |url: &str| {
-            let conf = aws_sdk_ebs::Config::builder()
-                .behavior_version(aws_sdk_ebs::config::BehaviorVersion::latest())
-                .region(aws_sdk_ebs::config::Region::new("us-iso-east-1"))
-                .endpoint_url(url)
-                .credentials_provider(aws_sdk_ebs::config::Credentials::new(
-                    "testing", "testing", None, None, "test",
-                ))
-                .retry_config(
-                    aws_sdk_ebs::config::retry::RetryConfig::standard()
-                        .with_max_attempts(5)
-                        .with_initial_backoff(Duration::from_millis(5))
-                        .with_max_backoff(Duration::from_millis(20)),
-                )
-                .http_client(super::super::http_client().unwrap())
-                .build();
-            aws_sdk_ebs::Client::from_conf(conf)
+            client_with(
+                url,
+                aws_sdk_ebs::config::retry::RetryConfig::standard()
+                    .with_max_attempts(5)
+                    .with_initial_backoff(Duration::from_millis(5))
+                    .with_max_backoff(Duration::from_millis(20)),
+            )
         };
         let data = vec![7u8; BLOCK_SIZE as usize];
         // (fault script, what ours does, what the SDK does): Ok(requests)
