@@ -203,15 +203,39 @@ impl DiskJob {
     /// Run the job with loop devices and mounts on this machine.
     pub fn run(&self, r: &Reporter) -> Result<DiskOutput> {
         let mut out = self.build_base(r)?;
-        for b in &self.boots {
-            cancel::check()?;
-            let (img, ipl) = self.boot_image(&out, b)?;
-            out.boots.insert(b.key(), img);
-            if let Some(p) = ipl {
-                out.ipls.insert(b.key(), p);
+        // zipl (s390x) runs from the deployment: the base disk's root,
+        // mounted read-only once for every boot setting.
+        let root = match self.boots.iter().any(|b| b.zipl_block_size.is_some()) {
+            true => Some(self.mount_base_root(&out)?),
+            false => None,
+        };
+        let res = (|| -> Result<()> {
+            let sysroot = match &root {
+                Some(m) => Some(crate::disk::deploy::deployment_root(m.path())?),
+                None => None,
+            };
+            for b in &self.boots {
+                cancel::check()?;
+                let (img, ipl) = self.boot_image(&out, b, sysroot.as_deref())?;
+                out.boots.insert(b.key(), img);
+                if let Some(p) = ipl {
+                    out.ipls.insert(b.key(), p);
+                }
             }
-        }
+            Ok(())
+        })();
+        let closed = root.map_or(Ok(()), |m| m.close());
+        res?;
+        closed?;
         Ok(out)
+    }
+
+    /// The base disk's root filesystem, read-only.
+    fn mount_base_root(&self, base: &DiskOutput) -> Result<Mounted> {
+        let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
+        let root_p = layout.part("root");
+        let dev = LoopDevice::attach(&base.base, root_p.start, root_p.size, 512)?;
+        Mounted::new(dev, &self.work.join("base-root"), "xfs", "ro,nouuid")
     }
 
     /// GPT, filesystems, deployment, bootloaders.
@@ -618,7 +642,13 @@ impl DiskJob {
     /// applied.
     /// On s390x zipl then writes its bootmap into it (for the sector size
     /// of `b`); its boot record for the disk's first sector is returned too.
-    fn boot_image(&self, base: &DiskOutput, b: &BootSetting) -> Result<(PathBuf, Option<PathBuf>)> {
+    /// `sysroot` is the deployment zipl runs from (s390x).
+    fn boot_image(
+        &self,
+        base: &DiskOutput,
+        b: &BootSetting,
+        sysroot: Option<&Path>,
+    ) -> Result<(PathBuf, Option<PathBuf>)> {
         let key = b.key();
         let img = self.work.join(format!("boot-{key}.img"));
         let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
@@ -647,7 +677,14 @@ impl DiskJob {
         )?;
         let ipl = match b.zipl_block_size {
             Some(bs) => {
-                let rec = self.run_zipl(base, &layout, m.path(), &entries, bs, &key)?;
+                let rec = crate::disk::zipl::install(&crate::disk::zipl::Zipl {
+                    sysroot: sysroot.context("zipl needs the deployment mounted")?,
+                    boot: m.path(),
+                    entries: &entries,
+                    block_size: bs,
+                    boot_start: boot_p.start,
+                    workdir: &self.work,
+                })?;
                 let p = self.work.join(format!("boot-{key}.ipl"));
                 std::fs::write(&p, rec).with_context(|| format!("writing {}", p.display()))?;
                 Some(p)
@@ -657,42 +694,6 @@ impl DiskJob {
         m.close()?;
         std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
         Ok((img, ipl))
-    }
-
-    /// zipl from the deployment (the base disk's root, mounted read-only)
-    /// over the mounted boot filesystem `boot`, as osbuild's `zipl.inst`.
-    fn run_zipl(
-        &self,
-        base: &DiskOutput,
-        layout: &Layout,
-        boot: &Path,
-        entries: &[grubcfg::BlsEntry],
-        block_size: u64,
-        key: &str,
-    ) -> Result<Vec<u8>> {
-        let root_p = layout.part("root");
-        let dev = LoopDevice::attach(&base.base, root_p.start, root_p.size, 512)?;
-        let root = Mounted::new(
-            dev,
-            &self.work.join(format!("zipl-root-{key}")),
-            "xfs",
-            "ro,nouuid",
-        )?;
-        let res = (|| {
-            let sysroot = crate::disk::deploy::deployment_root(root.path())?;
-            crate::disk::zipl::install(&crate::disk::zipl::Zipl {
-                sysroot: &sysroot,
-                boot,
-                entries,
-                block_size,
-                boot_start: layout.part("boot").start,
-                workdir: &self.work,
-            })
-        })();
-        let closed = root.close();
-        let rec = res?;
-        closed?;
-        Ok(rec)
     }
 }
 
