@@ -23,7 +23,7 @@ const UID: u32 = 65534;
 /// Under /var/tmp, not the checkout: the unprivileged user must reach it
 /// whatever the checkout's parents allow (a clone under /root is private).
 fn root() -> PathBuf {
-    PathBuf::from("/var/tmp/bootimage-gen-tests/backend-vm")
+    scratch_at(PathBuf::from("/var/tmp/bootimage-gen-tests/backend-vm"))
 }
 
 /// The test release as an oci-archive the unprivileged user can read.
@@ -437,10 +437,7 @@ type Run = (
 );
 
 fn start_vm_run(name: &str, extra_env: &[(&str, &str)], extra: &[&str]) -> Run {
-    let dir = PathBuf::from(format!(
-        "{}{name}",
-        top().join("target/tmp/backend-vm-").display()
-    ));
+    let dir = scratch(&format!("backend-vm-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"));

@@ -212,7 +212,7 @@ fn normal_run(out: &Path, cache: &Path) -> (String, Duration) {
 static PREEXISTING: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn fresh(name: &str) -> PathBuf {
-    let root = top().join("target/tmp/chaos").join(name);
+    let root = scratch("chaos").join(name);
     let old: Vec<String> = bootimage_gen::sys::stale::loops()
         .into_iter()
         .filter(|(_, b)| b.starts_with(&root))

@@ -21,7 +21,7 @@ const PLATFORMS: [&str; 8] = [
 ];
 
 fn root() -> std::path::PathBuf {
-    let d = top().join("target/tmp/concurrency-tests");
+    let d = scratch("concurrency-tests");
     std::fs::create_dir_all(&d).unwrap();
     d
 }

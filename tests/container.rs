@@ -33,7 +33,7 @@ const ROOTLESS_USER: &str = "bootimage-rootless";
 
 /// Under /var/tmp, not the checkout: the rootless user must reach it.
 fn root() -> PathBuf {
-    PathBuf::from("/var/tmp/bootimage-gen-tests/container")
+    scratch_at(PathBuf::from("/var/tmp/bootimage-gen-tests/container"))
 }
 
 /// A fresh, empty directory under the test root.

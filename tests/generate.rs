@@ -54,7 +54,7 @@ struct Built {
 }
 
 fn tmp_root() -> PathBuf {
-    let d = top().join("target/tmp/generate-tests");
+    let d = scratch("generate-tests");
     std::fs::create_dir_all(&d).unwrap();
     d
 }

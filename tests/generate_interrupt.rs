@@ -58,7 +58,7 @@ fn args(out: &Path, cache: &Path) -> Vec<String> {
 /// Run to `point`, check what exists there with `during`, send `signal`,
 /// then check that everything is cleaned up and a rerun works.
 fn interrupt_at(point: &str, signal: i32, code: i32, during: impl Fn(&Path, &Path)) {
-    let root = top().join("target/tmp/interrupt").join(point);
+    let root = scratch("interrupt").join(point);
     let _ = std::fs::remove_dir_all(&root);
     let (out, cache) = (root.join("out"), root.join("cache"));
     std::fs::create_dir_all(&root).unwrap();

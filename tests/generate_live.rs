@@ -29,7 +29,7 @@ fn generate_into(root: &Path, release: &str) -> (PathBuf, Value, String) {
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let root = top().join("target/tmp/generate-live");
+        let root = scratch("generate-live");
         let _ = std::fs::remove_dir_all(&root);
         let (out, meta, log) = generate_into(&root, "release");
         Built {
@@ -718,7 +718,7 @@ fn pxe_customized_initramfs_boots_with_its_ignition() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn os_without_templates_gets_builtin_menus_that_boot() {
-    let root = top().join("target/tmp/generate-live-nolive");
+    let root = scratch("generate-live-nolive");
     let _ = std::fs::remove_dir_all(&root);
     let (out, meta, log) = generate_into(&root, "release-nolive");
     assert!(log.contains("using the built-in menus"), "{log}");
@@ -740,7 +740,7 @@ fn os_without_templates_gets_builtin_menus_that_boot() {
 }
 
 fn refused(release: &str, words: &[&str]) {
-    let root = top().join(format!("target/tmp/generate-live-{release}"));
+    let root = scratch(&format!("generate-live-{release}"));
     let _ = std::fs::remove_dir_all(&root);
     let out = root.join("out");
     let line = expect_error(
@@ -789,7 +789,7 @@ fn os_initramfs_not_a_cpio_is_refused() {
 }
 
 fn dry_run_all(release: &str) -> (Vec<String>, String) {
-    let root = top().join(format!("target/tmp/generate-live-all-{release}"));
+    let root = scratch(&format!("generate-live-all-{release}"));
     let _ = std::fs::remove_dir_all(&root);
     let cache = root.join("cache");
     ok_json(&cache, &["inspect", &oci(release), "--import"]);
@@ -831,7 +831,7 @@ fn all_includes_live_when_the_os_has_what_it_needs() {
 
 #[test]
 fn dry_run_shows_the_live_plan() {
-    let root = top().join("target/tmp/generate-live-dry");
+    let root = scratch("generate-live-dry");
     let _ = std::fs::remove_dir_all(&root);
     let cache = root.join("cache");
     ok_json(&cache, &["inspect", &oci("release"), "--import"]);
@@ -871,7 +871,7 @@ fn dry_run_shows_the_live_plan() {
 /// devices, mounts, work files, partial outputs).
 fn interrupt_live_at(point: &str, signal: i32, code: i32, during: impl Fn(&Path, &Path)) {
     use std::io::{BufRead, BufReader};
-    let root = top().join("target/tmp/generate-live-interrupt").join(point);
+    let root = scratch("generate-live-interrupt").join(point);
     let _ = std::fs::remove_dir_all(&root);
     let (out, cache) = (root.join("out"), root.join("cache"));
     std::fs::create_dir_all(&root).unwrap();

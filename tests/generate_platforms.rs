@@ -41,7 +41,7 @@ struct Built {
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let root = top().join("target/tmp/generate-platforms");
+        let root = scratch("generate-platforms");
         let _ = std::fs::remove_dir_all(&root);
         let (out, raw) = (root.join("out"), root.join("raw"));
         let o = run(

@@ -40,7 +40,7 @@ fn generate(root: &Path, release: &str, platforms: &[&str]) -> (PathBuf, Value, 
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let root = top().join("target/tmp/live-offline");
+        let root = scratch("live-offline");
         let _ = std::fs::remove_dir_all(&root);
         let (out, meta, log) = generate(&root, "release", &["metal", "metal4k", "live"]);
         let rootfs_dir = root.join("rootfs");
@@ -657,7 +657,7 @@ fn full_iso_exposes_the_osmet_files_to_the_live_system() {
 
 #[test]
 fn os_without_pretty_name_falls_back_to_linux_and_says_so() {
-    let root = top().join("target/tmp/live-offline-nopretty");
+    let root = scratch("live-offline-nopretty");
     let _ = std::fs::remove_dir_all(&root);
     let (out, meta, log) = generate(&root, "release-nopretty", &["metal", "live"]);
     assert!(log.contains("no PRETTY_NAME"), "{log}");
@@ -686,7 +686,7 @@ fn os_without_pretty_name_falls_back_to_linux_and_says_so() {
 fn live_without_metal_says_the_rootfs_has_no_osmet() {
     // `generate live` alone: the live files are made, with a note that
     // offline installs need metal/metal4k in the same run.
-    let root = top().join("target/tmp/live-offline-liveonly");
+    let root = scratch("live-offline-liveonly");
     let _ = std::fs::remove_dir_all(&root);
     let (out, meta, log) = generate(&root, "release", &["live"]);
     assert!(log.contains("carries no osmet file"), "{log}");
@@ -702,7 +702,7 @@ fn a_wrong_extent_map_fails_the_run_and_writes_nothing() {
     // extent by a block): the packer must notice that the image's bytes
     // are not the object's, name it, and publish nothing (the osmet files
     // are packed before any artifact is written).
-    let root = top().join("target/tmp/live-offline-stale");
+    let root = scratch("live-offline-stale");
     let _ = std::fs::remove_dir_all(&root);
     let out = root.join("out");
     let cache = root.join("cache");

@@ -31,7 +31,7 @@ struct Built {
 /// `generate <-multi release> <platforms> --arch <arch>`, once per arch.
 fn build(cell: &'static OnceLock<Built>, arch: &'static str, platforms: &[&str]) -> &'static Built {
     cell.get_or_init(|| {
-        let root = top().join(format!("target/tmp/multiarch-{arch}"));
+        let root = scratch(&format!("multiarch-{arch}"));
         let _ = std::fs::remove_dir_all(&root);
         let raw = root.join("raw");
         let release = oci("release-multi");
@@ -865,7 +865,7 @@ fn boot_pxe_by_kernel_and_initrds_s390x() {
     ignore = "boot tier: cargo test --features boot"
 )]
 fn s390x_disk_from_the_nokvm_vm_boots() {
-    let root = top().join("target/tmp/multiarch-s390x-vm");
+    let root = scratch("multiarch-s390x-vm");
     let _ = std::fs::remove_dir_all(&root);
     let raw = root.join("raw");
     let (_, _, log) = generate_logged(

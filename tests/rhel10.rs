@@ -34,7 +34,7 @@ struct Built {
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
-        let root = top().join("target/tmp/rhel10");
+        let root = scratch("rhel10");
         let _ = std::fs::remove_dir_all(&root);
         let raw = root.join("raw");
         let (out, meta, log) = generate_logged(
@@ -617,7 +617,7 @@ fn disk_boots_with_static_configs_bios_and_uefi() {
 
 #[test]
 fn inspect_shows_fstype_bootupd_and_bootc() {
-    let cache = top().join("target/tmp/rhel10-inspect");
+    let cache = scratch("rhel10-inspect");
     let _ = std::fs::remove_dir_all(&cache);
     let d = ok_json(&cache, &["inspect", &oci(RELEASE), "--import", "--json"]);
     let c = &d["bootimage-config"];
@@ -650,7 +650,7 @@ fn inspect_shows_fstype_bootupd_and_bootc() {
 // ---------------------------------------------------------- bad input
 
 fn refused(release: &str, platform: &str, path: Option<&str>, words: &[&str]) {
-    let root = top().join(format!("target/tmp/rhel10-{release}"));
+    let root = scratch(&format!("rhel10-{release}"));
     let _ = std::fs::remove_dir_all(&root);
     let cache = root.join("cache");
     let out = root.join("out");
@@ -684,7 +684,7 @@ fn refused(release: &str, platform: &str, path: Option<&str>, words: &[&str]) {
 #[test]
 fn erofs_without_mkfs_erofs_names_the_package() {
     // PATH without mkfs.erofs: every other program of the usual dirs.
-    let dir = top().join("target/tmp/rhel10-path-no-erofs");
+    let dir = scratch("rhel10-path-no-erofs");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut dirs: Vec<PathBuf> =

@@ -4,6 +4,9 @@
 #![allow(dead_code)]
 pub mod boot;
 pub mod faults;
+pub mod scratch;
+#[allow(unused_imports)] // not every target uses scratch dirs
+pub use scratch::{scratch, scratch_at};
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
