@@ -59,6 +59,7 @@ lint: deps
 # Every test tier: unit and fast (`cargo test` alone runs these, no root),
 # privileged pipeline and registry tests, boot tests (Cargo.toml [features]).
 test: deps lint
+	@df -h . /var/tmp | sed 's/^/make test: disk: /'
 	$(CARGO) test --release --features boot -- --test-threads=2
 
 # The fast tier only: no root, no VM.

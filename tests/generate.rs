@@ -617,19 +617,7 @@ fn qcow2() -> PathBuf {
     not(feature = "boot"),
     ignore = "boot tier: cargo test --features boot"
 )]
-fn boot_qemu_qcow2_bios() {
-    boots(
-        Media::disk_as(qcow2(), boot::DiskFormat::Qcow2),
-        Firmware::Bios,
-        "qemu",
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+/// Under UEFI only: metal boots the same disk under BIOS too.
 fn boot_qemu_qcow2_uefi() {
     boots(
         Media::disk_as(qcow2(), boot::DiskFormat::Qcow2),
