@@ -291,7 +291,7 @@ fn body_of(req: &Value) -> String {
 
 #[test]
 fn register_uploads_the_disk_block_for_block_and_reuses_the_ami() {
-    let root = scratch("generate-aws/register");
+    let root = scratch("generate-aws").join("register");
     let _ = std::fs::remove_dir_all(&root);
     let moto = Moto::start(&root.join("moto"));
     let (out, raw, cache) = (root.join("out"), root.join("raw"), root.join("cache"));
@@ -516,7 +516,7 @@ fn register_uploads_the_disk_block_for_block_and_reuses_the_ami() {
 /// Ctrl-C during the upload stops it and deletes the unfinished snapshot.
 #[test]
 fn interrupt_during_upload_deletes_the_snapshot() {
-    let root = scratch("generate-aws/interrupt");
+    let root = scratch("generate-aws").join("interrupt");
     let _ = std::fs::remove_dir_all(&root);
     let moto = Moto::start(&root.join("moto"));
     let (out, cache) = (root.join("out"), root.join("cache"));
@@ -564,7 +564,7 @@ fn expect_failure(o: &Output, needle: &str, out: &Path) -> String {
 
 #[test]
 fn bad_endpoint_region_or_credentials_fail_clearly_and_register_nothing() {
-    let root = scratch("generate-aws/errors");
+    let root = scratch("generate-aws").join("errors");
     let _ = std::fs::remove_dir_all(&root);
     let moto = Moto::start(&root.join("moto"));
     let (out, cache) = (root.join("out"), root.join("cache"));

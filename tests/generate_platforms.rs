@@ -86,8 +86,17 @@ fn sh(script: &str) -> String {
 /// The platform's disk in its own format, uncompressed, in a scratch dir
 /// (decompressed or extracted with the standard tools).
 fn disk_of(platform: &str) -> (PathBuf, DiskFormat) {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap();
+    // One lock per platform: different platforms' disks are made side by
+    // side (their files do not overlap), one platform's once.
+    type Locks = std::collections::BTreeMap<String, std::sync::Arc<std::sync::Mutex<()>>>;
+    static LOCKS: std::sync::Mutex<Locks> = std::sync::Mutex::new(Locks::new());
+    let lock = LOCKS
+        .lock()
+        .unwrap()
+        .entry(platform.to_string())
+        .or_default()
+        .clone();
+    let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
     let b = built();
     let dir = b.root.join("disks");
     std::fs::create_dir_all(&dir).unwrap();
@@ -369,10 +378,50 @@ fn all_builds_every_supported_platform_once() {
     assert_eq!(amis.len(), 2, "{amis:?}");
 }
 
+/// qemu-img recognises the platform's disk as `fmt` (a streamOptimized VMDK
+/// where it is one), `qemu-img check` passes, and it holds what its raw does.
+fn format_is_valid_and_equal_to_its_raw(b: &Built, platform: &str, fmt: &str, qfmt: &str) {
+    let (p, _) = disk_of(platform);
+    let info = qemu_img_info(&p, qfmt);
+    assert_eq!(info["format"], fmt, "{platform}: {info}");
+    if fmt == "vmdk" {
+        assert_eq!(
+            info["format-specific"]["data"]["create-type"], "streamOptimized",
+            "{platform}"
+        );
+    }
+    if fmt != "raw" {
+        let c = Command::new("qemu-img")
+            .args(["check", "-f", qfmt])
+            .arg(&p)
+            .output()
+            .unwrap();
+        // vpc has no check support in qemu-img (exit 63): not an error.
+        assert!(
+            c.status.success() || (qfmt == "vpc" && c.status.code() == Some(63)),
+            "{platform}: {}",
+            String::from_utf8_lossy(&c.stdout)
+        );
+    }
+    let raw = b.raw.join(format!("{platform}.raw"));
+    let c = Command::new("qemu-img")
+        .args(["compare", "-f", qfmt, "-F", "raw"])
+        .arg(&p)
+        .arg(&raw)
+        .output()
+        .unwrap();
+    assert!(
+        c.status.success(),
+        "{platform}: qemu-img compare: {}{}",
+        String::from_utf8_lossy(&c.stdout),
+        String::from_utf8_lossy(&c.stderr)
+    );
+}
+
 #[test]
 fn each_format_is_recognised_valid_and_equal_to_its_raw() {
     let b = built();
-    for (platform, fmt, qfmt) in [
+    let cases = [
         ("aws", "vmdk", "vmdk"),
         ("vmware", "vmdk", "vmdk"),
         ("openstack", "qcow2", "qcow2"),
@@ -392,43 +441,21 @@ fn each_format_is_recognised_valid_and_equal_to_its_raw() {
         ("applehv", "raw", "raw"),
         ("hetzner", "raw", "raw"),
         ("vultr", "raw", "raw"),
-    ] {
-        let (p, _) = disk_of(platform);
-        let info = qemu_img_info(&p, qfmt);
-        assert_eq!(info["format"], fmt, "{platform}: {info}");
-        if fmt == "vmdk" {
-            assert_eq!(
-                info["format-specific"]["data"]["create-type"], "streamOptimized",
-                "{platform}"
-            );
+    ];
+    // Two workers, as the machine has two cores: each case decompresses a
+    // disk and reads it and its 10 GiB raw through qemu-img.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while let Some(&(platform, fmt, qfmt)) =
+                    cases.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    format_is_valid_and_equal_to_its_raw(b, platform, fmt, qfmt);
+                }
+            });
         }
-        if fmt != "raw" {
-            let c = Command::new("qemu-img")
-                .args(["check", "-f", qfmt])
-                .arg(&p)
-                .output()
-                .unwrap();
-            // vpc has no check support in qemu-img (exit 63): not an error.
-            assert!(
-                c.status.success() || (qfmt == "vpc" && c.status.code() == Some(63)),
-                "{platform}: {}",
-                String::from_utf8_lossy(&c.stdout)
-            );
-        }
-        let raw = b.raw.join(format!("{platform}.raw"));
-        let c = Command::new("qemu-img")
-            .args(["compare", "-f", qfmt, "-F", "raw"])
-            .arg(&p)
-            .arg(&raw)
-            .output()
-            .unwrap();
-        assert!(
-            c.status.success(),
-            "{platform}: qemu-img compare: {}{}",
-            String::from_utf8_lossy(&c.stdout),
-            String::from_utf8_lossy(&c.stderr)
-        );
-    }
+    });
     // The VHDs are the raw disk rounded to a MiB plus the footer.
     for p in ["azure", "azurestack"] {
         let (vhd, _) = disk_of(p);
