@@ -12,6 +12,7 @@
 //! devices needed (`--features privileged`). The figures are printed (run
 //! with --nocapture) so they can be quoted.
 mod common;
+use common::boot::{self, DiskFormat, Firmware, Media};
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -113,6 +114,7 @@ fn leaks(root: &Path, cache: &Path, out: &Path) -> Leaks {
         .filter(|(_, b)| b.starts_with(root))
         .map(|(d, b)| format!("{} -> {}", d.display(), b.display()))
         .filter(|l| !PREEXISTING.lock().unwrap().contains(l))
+        .filter(|l| !KERNEL_HELD.lock().unwrap().contains(l))
         .collect();
     let mounts = bootimage_gen::util::space::mounts_under(root)
         .into_iter()
@@ -156,22 +158,41 @@ fn leaks(root: &Path, cache: &Path, out: &Path) -> Leaks {
     }
 }
 
-/// A file published under its final name is whole: a gzip stream passes
-/// `gzip -t` (a cut one fails: unexpected end of file), anything else has
-/// the size the same file has in a complete run's output `reference`.
-/// (Byte equality does not hold: each build stamps its own time and
-/// filesystem UUIDs.)
+/// A file published under its final name is whole: one that the run's
+/// SHA256SUMS lists matches its checksum; otherwise a gzip stream passes
+/// `gzip -t` (a cut one fails: unexpected end of file), the live initramfs
+/// ends with a whole gzip'd cpio, and anything else has the size the same
+/// file has in a complete run's output `reference`. (Byte equality with
+/// `reference` does not hold: each build stamps its own time and
+/// filesystem UUIDs, and so the live initramfs's gzip'd cpio, appended
+/// last, differs in size by a few bytes from run to run.)
 fn assert_whole(p: &Path, reference: &Path) {
     let name = p.file_name().unwrap();
+    let name_s = name.to_string_lossy();
     let want = reference.join(name);
     assert!(
         want.exists(),
         "{} is not a file a complete run writes",
         p.display()
     );
-    if name.to_string_lossy().ends_with(".gz") {
+    let dir = p.parent().unwrap();
+    let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap_or_default();
+    if let Some(line) = sums.lines().find(|l| l.ends_with(&format!("  {name_s}"))) {
+        let sum = sha256_file(p);
+        assert!(
+            line.starts_with(&sum),
+            "{} does not match SHA256SUMS ({line}): {sum}",
+            p.display()
+        );
+    } else if name_s.ends_with(".gz") {
         must(Command::new("gzip").arg("-t").arg(p));
-    } else if !["meta.json", "stream.json", "SHA256SUMS"].contains(&&*name.to_string_lossy()) {
+    } else if name_s.contains("-live-initramfs.") {
+        assert!(
+            ends_with_whole_cpio_gz(&read(p)),
+            "{} does not end with a whole gzip'd cpio: a partial artifact under a final name",
+            p.display()
+        );
+    } else if !["meta.json", "stream.json", "SHA256SUMS"].contains(&&*name_s) {
         assert_eq!(
             std::fs::metadata(p).unwrap().len(),
             std::fs::metadata(&want).unwrap().len(),
@@ -179,6 +200,30 @@ fn assert_whole(p: &Path, reference: &Path) {
             p.display()
         );
     }
+}
+
+/// Some gzip member of `data` decodes to the end of `data` (but for the
+/// zeros padding it to 4 bytes) and holds a newc
+/// cpio closed by its `TRAILER!!!` entry (the live initramfs's last part).
+fn ends_with_whole_cpio_gz(data: &[u8]) -> bool {
+    use std::io::Read;
+    (0..data.len().saturating_sub(2)).rev().any(|i| {
+        if data[i..i + 3] != [0x1f, 0x8b, 0x08] {
+            return false;
+        }
+        let mut z = flate2::bufread::GzDecoder::new(&data[i..]);
+        let mut cpio = Vec::new();
+        // A member that decodes whole and leaves nothing after it but the
+        // zeros that pad the file to 4 bytes.
+        if z.read_to_end(&mut cpio).is_err() {
+            return false;
+        }
+        let rest = z.into_inner();
+        rest.len() < 4
+            && rest.iter().all(|&b| b == 0)
+            && cpio.starts_with(b"070701")
+            && cpio.windows(10).any(|w| w == b"TRAILER!!!")
+    })
 }
 
 /// `sha256sum -c SHA256SUMS` in `out`.
@@ -206,10 +251,83 @@ fn normal_run(out: &Path, cache: &Path) -> (String, Duration) {
     (log, t.elapsed())
 }
 
+/// Boots the qemu qcow2 of a run's output `out` under SeaBIOS (TCG): the
+/// marker must say platform=qemu, firstboot=1. Gives the boot's time.
+fn boot_qemu_of(out: &Path) -> Duration {
+    let meta = serde_json::from_slice(&read(&out.join("meta.json"))).unwrap();
+    let gz = image_file(&meta, out, "qemu");
+    let qcow2 = out.join("boot.qcow2");
+    must(Command::new("sh").arg("-c").arg(format!(
+        "gzip -dc '{}' > '{}'",
+        gz.display(),
+        qcow2.display()
+    )));
+    let r = boot::assert_boots(
+        &[Media::disk_as(&qcow2, DiskFormat::Qcow2)],
+        Firmware::Bios,
+        boot::default_timeout(),
+    );
+    assert_eq!(r.marker.platform, "qemu", "{}", r.log);
+    assert!(r.marker.firstboot, "{}", r.log);
+    r.duration
+}
+
 /// Loop devices already attached over files under a test's root before it
 /// started (left by an earlier, failed run of this test that the kernel
 /// will not let go): reported, not counted against this run.
 static PREEXISTING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Loop devices a follow-up run could not detach because the kernel still
+/// holds them with nothing in user space to let go (see [`kernel_held`]):
+/// reported with the figures, not counted again.
+static KERNEL_HELD: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A loop device (`leaks` line `/dev/loopN -> file`) that the run's sweep
+/// reported as kept, with autoclear set, whose filesystem is mounted in no
+/// mount namespace of any process and on which no process has a file, cwd,
+/// root or mapping: the kernel alone holds it (an ext4 superblock it never
+/// released; seen about once in 50 kills here, and it stays until reboot).
+/// Anything a process or a mount still holds is a leak of ours, not this.
+fn kernel_held(line: &str, log: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = line.split(" -> ").next().unwrap();
+    let name = dev.trim_start_matches("/dev/");
+    let sys =
+        |f: &str| std::fs::read_to_string(format!("/sys/block/{name}/{f}")).unwrap_or_default();
+    let majmin = sys("dev").trim().to_string();
+    let Some((maj, min)) = majmin.split_once(':') else {
+        return false;
+    };
+    let rdev = libc::makedev(maj.parse().unwrap(), min.parse().unwrap());
+    if !log.contains(&format!("kept: loop device {dev} ")) || sys("loop/autoclear").trim() != "1" {
+        return false;
+    }
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        let info = std::fs::read_to_string(p.join("mountinfo")).unwrap_or_default();
+        if info.lines().any(|l| l.split(' ').nth(2) == Some(&*majmin)) {
+            return false;
+        }
+        let fds = std::fs::read_dir(p.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        let on_it = fds
+            .map(|f| f.path())
+            .chain([p.join("cwd"), p.join("root")])
+            .any(|f| std::fs::metadata(f).is_ok_and(|m| m.dev() == rdev));
+        let maps = std::fs::read_to_string(p.join("maps")).unwrap_or_default();
+        let mapped = format!(
+            " {:02x}:{:02x} ",
+            maj.parse::<u32>().unwrap(),
+            min.parse::<u32>().unwrap()
+        );
+        if on_it || maps.contains(&mapped) {
+            return false;
+        }
+    }
+    true
+}
 
 fn fresh(name: &str) -> PathBuf {
     let root = scratch("chaos").join(name);
@@ -246,7 +364,7 @@ fn sigkill_at_random_moments_then_rerun() {
     eprintln!("chaos: a cold run takes {:.2} s", cold.as_secs_f64());
     let n = runs();
     let (mut left_total, mut recovered_logs, mut finished_first) = (Leaks::default(), 0, 0);
-    let mut follow_times = vec![];
+    let (mut follow_times, mut boot_time) = (vec![], vec![]);
     let t_all = Instant::now();
     for i in 0..n {
         // Every third kill starts cold: gc prunes the OS import first.
@@ -306,22 +424,45 @@ fn sigkill_at_random_moments_then_rerun() {
             );
             recovered_logs += 1;
         }
-        let after = leaks(&root, &cache, &out);
+        let mut after = leaks(&root, &cache, &out);
+        for l in after.loops.clone() {
+            if kernel_held(&l, &log) {
+                eprintln!(
+                    "chaos: kill {}: {l} stays attached, held by the kernel alone (its filesystem is in no mount namespace and no process has a file on it); the run reported it and set autoclear",
+                    i + 1
+                );
+                KERNEL_HELD.lock().unwrap().push(l);
+            }
+        }
+        if !KERNEL_HELD.lock().unwrap().is_empty() {
+            after = leaks(&root, &cache, &out);
+        }
         assert!(
             after.is_empty(),
             "after the follow-up run: {after:?}\n{log}"
         );
         verify(&out);
+        // One follow-up run in ten is booted: its qemu qcow2 under SeaBIOS.
+        if i % 10 == 0 {
+            boot_time.push(boot_qemu_of(&out));
+        }
         std::fs::remove_dir_all(&out).unwrap();
     }
     let avg = follow_times.iter().sum::<Duration>().as_secs_f64() / n.max(1) as f64;
     eprintln!(
-        "chaos: {n} SIGKILLs in {:.0} s ({finished_first} after the run had finished); leftovers found after the kills: {} loop devices, {} mounts, {} work dirs, {} partial files, 0 processes; {recovered_logs} follow-up runs said what they recovered; every follow-up run succeeded (mean {avg:.2} s), sha256sum -c OK, and left 0 loop devices, 0 mounts, 0 processes",
+        "chaos: {n} SIGKILLs in {:.0} s ({finished_first} after the run had finished); leftovers found after the kills: {} loop devices, {} mounts, {} work dirs, {} partial files, 0 processes; {recovered_logs} follow-up runs said what they recovered; every follow-up run succeeded (mean {avg:.2} s), sha256sum -c OK, and left 0 loop devices ({} held by the kernel alone, reported by the run), 0 mounts, 0 processes; {} of them booted ({})",
         t_all.elapsed().as_secs_f64(),
         left_total.loops.len(),
         left_total.mounts.len(),
         left_total.work_dirs.len(),
         left_total.partials.len(),
+        KERNEL_HELD.lock().unwrap().len(),
+        boot_time.len(),
+        boot_time
+            .iter()
+            .map(|d| format!("{:.1} s", d.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     std::fs::remove_dir_all(&root).ok();
 }
