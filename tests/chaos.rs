@@ -680,7 +680,7 @@ fn enospc_on_the_output_is_clean_and_the_cache_stays_good() {
 
 /// The leftovers of a killed run built by hand — a work dir owned by a
 /// dead process holding a VM pidfile (a live `sleep` standing in for qemu),
-/// an ext4 mounted from a loop device over a file in it, and a bind mount of
+/// a frozen ext4 mounted from a loop device over a file in it, a bind mount of
 /// a directory outside it — plus a live run's work dir and a `.partial` in
 /// an output directory: `gc` removes exactly the dead run's, never empties
 /// the bind mount's source, and leaves the live one.
@@ -731,6 +731,10 @@ fn gc_removes_a_dead_runs_leftovers_and_nothing_else() {
     let mnt = dead.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     must(Command::new("mount").arg(&dev).arg(&mnt));
+    // Frozen, as a run killed during `ostree admin deploy`'s freeze/thaw
+    // cycle of /boot leaves it: unthawed, it would outlive its unmount and
+    // hold the loop device until reboot.
+    must(Command::new("fsfreeze").arg("-f").arg(&mnt));
     // A bind mount of something outside (the cache repo in a live build).
     let precious = root.join("precious");
     std::fs::create_dir_all(&precious).unwrap();

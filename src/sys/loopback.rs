@@ -152,8 +152,13 @@ impl Mount {
     /// Unmount; the guard lets go of the mount only once it is unmounted.
     pub fn release(&mut self) -> Result<()> {
         if let Some(t) = &self.target {
-            cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
-                .with_context(|| format!("unmounting {}", t.display()))?;
+            if cmd::run(&mut cmd::new("umount", [t.as_os_str()])).is_err() {
+                // A tool killed mid-freeze (ostree's fsfreeze/thaw cycle of
+                // /boot) leaves the filesystem frozen: thaw, then retry.
+                crate::sys::stale::thaw(t);
+                cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
+                    .with_context(|| format!("unmounting {}", t.display()))?;
+            }
             self.target = None;
         }
         Ok(())
@@ -168,10 +173,17 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         if let Some(t) = self.target.take() {
-            let ok = std::process::Command::new("umount")
-                .arg(&t)
-                .status()
-                .is_ok_and(|s| s.success());
+            let umount = || {
+                std::process::Command::new("umount")
+                    .arg(&t)
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            // Thawed first if a killed tool left it frozen (see release).
+            let ok = umount() || {
+                crate::sys::stale::thaw(&t);
+                umount()
+            };
             if !ok {
                 // Last resort so the loop device can go: detach lazily.
                 let _ = std::process::Command::new("umount")

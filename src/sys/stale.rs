@@ -188,6 +188,11 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
                 .output()
                 .is_ok_and(|o| o.status.success())
         };
+        // A run killed while `ostree admin deploy` had /boot frozen (its
+        // fsfreeze/thaw cycle; ostree's watchdog does not thaw when ostree
+        // dies) leaves the filesystem frozen, and a frozen filesystem
+        // outlives its unmount, holding its loop device until reboot.
+        thaw(m);
         // The killed run's tools may still be dying (SIGKILL waits for an
         // I/O in flight) and keep the mount busy for a moment: retry for up
         // to BUSY_WAIT before a lazy unmount, which would leave the
@@ -295,6 +300,16 @@ pub fn du(p: &Path) -> u64 {
         }
     }
     n
+}
+
+/// Thaw the filesystem mounted at `m` if it is frozen (`fsfreeze -u`, the
+/// FITHAW ioctl; it fails harmlessly on one that is not).
+pub fn thaw(m: &Path) {
+    let _ = std::process::Command::new("fsfreeze")
+        .arg("-u")
+        .arg(m)
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 #[cfg(test)]
