@@ -114,7 +114,6 @@ fn leaks(root: &Path, cache: &Path, out: &Path) -> Leaks {
         .filter(|(_, b)| b.starts_with(root))
         .map(|(d, b)| format!("{} -> {}", d.display(), b.display()))
         .filter(|l| !PREEXISTING.lock().unwrap().contains(l))
-        .filter(|l| !KERNEL_HELD.lock().unwrap().contains(l))
         .collect();
     let mounts = bootimage_gen::util::space::mounts_under(root)
         .into_iter()
@@ -277,58 +276,6 @@ fn boot_qemu_of(out: &Path) -> Duration {
 /// will not let go): reported, not counted against this run.
 static PREEXISTING: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// Loop devices a follow-up run could not detach because the kernel still
-/// holds them with nothing in user space to let go (see [`kernel_held`]):
-/// reported with the figures, not counted again.
-static KERNEL_HELD: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// A loop device (`leaks` line `/dev/loopN -> file`) that the run's sweep
-/// reported as kept, with autoclear set, whose filesystem is mounted in no
-/// mount namespace of any process and on which no process has a file, cwd,
-/// root or mapping: the kernel alone holds it (an ext4 superblock it never
-/// released; seen about once in 50 kills here, and it stays until reboot).
-/// Anything a process or a mount still holds is a leak of ours, not this.
-fn kernel_held(line: &str, log: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let dev = line.split(" -> ").next().unwrap();
-    let name = dev.trim_start_matches("/dev/");
-    let sys =
-        |f: &str| std::fs::read_to_string(format!("/sys/block/{name}/{f}")).unwrap_or_default();
-    let majmin = sys("dev").trim().to_string();
-    let Some((maj, min)) = majmin.split_once(':') else {
-        return false;
-    };
-    let rdev = libc::makedev(maj.parse().unwrap(), min.parse().unwrap());
-    if !log.contains(&format!("kept: loop device {dev} ")) || sys("loop/autoclear").trim() != "1" {
-        return false;
-    }
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let p = e.path();
-        let info = std::fs::read_to_string(p.join("mountinfo")).unwrap_or_default();
-        if info.lines().any(|l| l.split(' ').nth(2) == Some(&*majmin)) {
-            return false;
-        }
-        let fds = std::fs::read_dir(p.join("fd"))
-            .into_iter()
-            .flatten()
-            .flatten();
-        let on_it = fds
-            .map(|f| f.path())
-            .chain([p.join("cwd"), p.join("root")])
-            .any(|f| std::fs::metadata(f).is_ok_and(|m| m.dev() == rdev));
-        let maps = std::fs::read_to_string(p.join("maps")).unwrap_or_default();
-        let mapped = format!(
-            " {:02x}:{:02x} ",
-            maj.parse::<u32>().unwrap(),
-            min.parse::<u32>().unwrap()
-        );
-        if on_it || maps.contains(&mapped) {
-            return false;
-        }
-    }
-    true
-}
-
 fn fresh(name: &str) -> PathBuf {
     let root = scratch("chaos").join(name);
     let old: Vec<String> = bootimage_gen::sys::stale::loops()
@@ -424,19 +371,10 @@ fn sigkill_at_random_moments_then_rerun() {
             );
             recovered_logs += 1;
         }
-        let mut after = leaks(&root, &cache, &out);
-        for l in after.loops.clone() {
-            if kernel_held(&l, &log) {
-                eprintln!(
-                    "chaos: kill {}: {l} stays attached, held by the kernel alone (its filesystem is in no mount namespace and no process has a file on it); the run reported it and set autoclear",
-                    i + 1
-                );
-                KERNEL_HELD.lock().unwrap().push(l);
-            }
-        }
-        if !KERNEL_HELD.lock().unwrap().is_empty() {
-            after = leaks(&root, &cache, &out);
-        }
+        // A loop device left here would be one the kernel cannot let go
+        // of: a run killed during ostree's freeze/thaw cycle of /boot left
+        // it frozen, and the sweep must thaw it before unmounting.
+        let after = leaks(&root, &cache, &out);
         assert!(
             after.is_empty(),
             "after the follow-up run: {after:?}\n{log}"
@@ -450,13 +388,12 @@ fn sigkill_at_random_moments_then_rerun() {
     }
     let avg = follow_times.iter().sum::<Duration>().as_secs_f64() / n.max(1) as f64;
     eprintln!(
-        "chaos: {n} SIGKILLs in {:.0} s ({finished_first} after the run had finished); leftovers found after the kills: {} loop devices, {} mounts, {} work dirs, {} partial files, 0 processes; {recovered_logs} follow-up runs said what they recovered; every follow-up run succeeded (mean {avg:.2} s), sha256sum -c OK, and left 0 loop devices ({} held by the kernel alone, reported by the run), 0 mounts, 0 processes; {} of them booted ({})",
+        "chaos: {n} SIGKILLs in {:.0} s ({finished_first} after the run had finished); leftovers found after the kills: {} loop devices, {} mounts, {} work dirs, {} partial files, 0 processes; {recovered_logs} follow-up runs said what they recovered; every follow-up run succeeded (mean {avg:.2} s), sha256sum -c OK, and left 0 loop devices, 0 mounts, 0 processes; {} of them booted ({})",
         t_all.elapsed().as_secs_f64(),
         left_total.loops.len(),
         left_total.mounts.len(),
         left_total.work_dirs.len(),
         left_total.partials.len(),
-        KERNEL_HELD.lock().unwrap().len(),
         boot_time.len(),
         boot_time
             .iter()
