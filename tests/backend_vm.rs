@@ -249,11 +249,7 @@ fn vm_images_boot() {
     let gz = b
         .vm_out
         .join(b.meta["images"]["qemu"]["path"].as_str().unwrap());
-    must(Command::new("sh").arg("-c").arg(format!(
-        "gzip -dc '{}' > '{}'",
-        gz.display(),
-        qcow2.display()
-    )));
+    gunzip(&gz, &qcow2);
     let r = boot::assert_boots(
         &[Media::disk_as(&qcow2, boot::DiskFormat::Qcow2)],
         Firmware::Uefi,

@@ -220,8 +220,7 @@ fn ends_with_whole_cpio_gz(data: &[u8]) -> bool {
         let rest = z.into_inner();
         rest.len() < 4
             && rest.iter().all(|&b| b == 0)
-            && cpio.starts_with(b"070701")
-            && cpio.windows(10).any(|w| w == b"TRAILER!!!")
+            && bootimage_gen::fs::cpio::list(&cpio).is_ok()
     })
 }
 
@@ -256,11 +255,7 @@ fn boot_qemu_of(out: &Path) -> Duration {
     let meta = serde_json::from_slice(&read(&out.join("meta.json"))).unwrap();
     let gz = image_file(&meta, out, "qemu");
     let qcow2 = out.join("boot.qcow2");
-    must(Command::new("sh").arg("-c").arg(format!(
-        "gzip -dc '{}' > '{}'",
-        gz.display(),
-        qcow2.display()
-    )));
+    gunzip(&gz, &qcow2);
     let r = boot::assert_boots(
         &[Media::disk_as(&qcow2, DiskFormat::Qcow2)],
         Firmware::Bios,

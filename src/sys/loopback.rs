@@ -152,13 +152,7 @@ impl Mount {
     /// Unmount; the guard lets go of the mount only once it is unmounted.
     pub fn release(&mut self) -> Result<()> {
         if let Some(t) = &self.target {
-            if cmd::run(&mut cmd::new("umount", [t.as_os_str()])).is_err() {
-                // A tool killed mid-freeze (ostree's fsfreeze/thaw cycle of
-                // /boot) leaves the filesystem frozen: thaw, then retry.
-                crate::sys::stale::thaw(t);
-                cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
-                    .with_context(|| format!("unmounting {}", t.display()))?;
-            }
+            unmount(t)?;
             self.target = None;
         }
         Ok(())
@@ -173,18 +167,7 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         if let Some(t) = self.target.take() {
-            let umount = || {
-                std::process::Command::new("umount")
-                    .arg(&t)
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-            // Thawed first if a killed tool left it frozen (see release).
-            let ok = umount() || {
-                crate::sys::stale::thaw(&t);
-                umount()
-            };
-            if !ok {
+            if unmount(&t).is_err() {
                 // Last resort so the loop device can go: detach lazily.
                 let _ = std::process::Command::new("umount")
                     .arg("-l")
@@ -194,6 +177,29 @@ impl Drop for Mount {
             }
         }
     }
+}
+
+/// `umount T`; if that fails, thaw and try once more: a tool killed
+/// mid-freeze (ostree's fsfreeze/thaw cycle of /boot) leaves the
+/// filesystem frozen, and a frozen filesystem outlives its unmount.
+fn unmount(t: &Path) -> Result<()> {
+    if cmd::run(&mut cmd::new("umount", [t.as_os_str()])).is_ok() {
+        return Ok(());
+    }
+    thaw(t);
+    cmd::run(&mut cmd::new("umount", [t.as_os_str()]))
+        .with_context(|| format!("unmounting {}", t.display()))?;
+    Ok(())
+}
+
+/// Thaw the filesystem mounted at `m` if it is frozen (`fsfreeze -u`, the
+/// FITHAW ioctl; it fails harmlessly on one that is not).
+pub fn thaw(m: &Path) {
+    let _ = std::process::Command::new("fsfreeze")
+        .arg("-u")
+        .arg(m)
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// A loop device with its filesystem mounted: closed as mount, then device.

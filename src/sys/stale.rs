@@ -192,7 +192,7 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
         // fsfreeze/thaw cycle; ostree's watchdog does not thaw when ostree
         // dies) leaves the filesystem frozen, and a frozen filesystem
         // outlives its unmount, holding its loop device until reboot.
-        thaw(m);
+        crate::sys::loopback::thaw(m);
         // The killed run's tools may still be dying (SIGKILL waits for an
         // I/O in flight) and keep the mount busy for a moment: retry for up
         // to BUSY_WAIT before a lazy unmount, which would leave the
@@ -300,16 +300,6 @@ pub fn du(p: &Path) -> u64 {
         }
     }
     n
-}
-
-/// Thaw the filesystem mounted at `m` if it is frozen (`fsfreeze -u`, the
-/// FITHAW ioctl; it fails harmlessly on one that is not).
-pub fn thaw(m: &Path) {
-    let _ = std::process::Command::new("fsfreeze")
-        .arg("-u")
-        .arg(m)
-        .stderr(std::process::Stdio::null())
-        .status();
 }
 
 #[cfg(test)]

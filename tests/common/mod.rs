@@ -59,6 +59,15 @@ pub fn generate_logged(root: &Path, args: &[&str]) -> (PathBuf, Value, String) {
     (out, meta, log)
 }
 
+/// `gzip -dc SRC > DST`.
+pub fn gunzip(src: &Path, dst: &Path) {
+    must(Command::new("sh").arg("-c").arg(format!(
+        "gzip -dc '{}' > '{}'",
+        src.display(),
+        dst.display()
+    )));
+}
+
 /// The file of `images.<key>` of a run's `meta.json`, in its output `out`.
 pub fn image_file(meta: &Value, out: &Path, key: &str) -> PathBuf {
     let p = meta["images"][key]["path"]

@@ -8,6 +8,7 @@
 //! On exit each binary prints one line to stderr: what it removed (or kept)
 //! and how much is free on the filesystem, so a CI log shows the suite's
 //! disk use target by target.
+use bootimage_gen::sys::stale;
 use bootimage_gen::util::space;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -52,7 +53,6 @@ fn clean_up() {
         .filter(|d| d.exists())
         .collect();
     let Some(first) = dirs.first() else { return };
-    let free = free_mib(first.parent().unwrap_or(first));
     let names = dirs
         .iter()
         .map(|d| d.display().to_string())
@@ -66,7 +66,10 @@ fn clean_up() {
         None
     };
     if let Some(why) = keep {
-        eprintln!("test scratch: kept {names} ({why}); {free} MiB free there");
+        eprintln!(
+            "test scratch: kept {names} ({why}); {} MiB free there",
+            free_mib(first.parent().unwrap_or(first))
+        );
         return;
     }
     let mut removed = 0u64;
@@ -79,7 +82,7 @@ fn clean_up() {
             );
             continue;
         }
-        let size = disk_use(d);
+        let size = stale::du(d);
         match std::fs::remove_dir_all(d) {
             Ok(()) => removed += size,
             Err(e) => eprintln!("test scratch: removing {}: {e}", d.display()),
@@ -90,28 +93,6 @@ fn clean_up() {
         removed >> 20,
         free_mib(first.parent().unwrap_or(first))
     );
-}
-
-/// Bytes allocated under `dir` (sparse files count what they hold).
-fn disk_use(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            total += m.blocks() * 512;
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
 }
 
 /// MiB free to an unprivileged writer on the filesystem holding `p`.
