@@ -9,7 +9,7 @@
 # Cached at two levels, so a rebuild with nothing changed takes seconds:
 # - the base: a minimal Debian 12 rootfs from mmdebstrap, imported as
 #   localhost/bootimage-gen-base:<hash of the mmdebstrap inputs> (its tarball
-#   is kept in .cache/container/);
+#   is kept in container/ under scripts/cache-root.sh's root);
 # - the image: tagged localhost/bootimage-gen:<hash of the Containerfile, the
 #   install script, the base and the binary (or the sources)>, and :latest.
 #   Within a build, podman's layer cache keeps the runtime stage (the apt
@@ -28,7 +28,9 @@ case "${1:-}" in
 esac
 
 IMAGE=${BOOTIMAGE_GEN_IMAGE:-localhost/bootimage-gen}
-CACHE=.cache/container
+# shellcheck source=scripts/cache-root.sh
+. scripts/cache-root.sh
+CACHE=$(bootimage_cache_root)/container
 # This host's quirks (see README, Troubleshooting): crun fails on hybrid
 # cgroups, podman's default rlimits exceed the sandbox's.
 PODMAN_BUILD_FLAGS=(--runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --network host)

@@ -4,7 +4,8 @@
 # a container so it can be repeated:
 #
 # - a pristine Debian 12 rootfs: mmdebstrap minbase plus make and git
-#   (cached as .cache/fresh-machine/rootfs-<hash>.tar, keyed by its inputs);
+#   (cached as fresh-machine/rootfs-<hash>.tar under scripts/cache-root.sh's
+#   root, keyed by its inputs);
 # - its package lists made stale before anything runs: every version they
 #   name gets a suffix the mirror does not have, every file name points
 #   nowhere and the Release files are gone, so nothing can be installed from
@@ -18,7 +19,7 @@
 # - the host's CA bundle, as the machine's own trust store;
 # - then `make demo`, as root, with no other step. Its exit status is ours.
 #
-#   scripts/fresh-machine.sh [--warm TARGET_DIR] [--keep]
+#   scripts/fresh-machine.sh [--warm TARGET_DIR] [--keep] [--make GOAL]
 #
 # --warm TARGET_DIR  nothing compiled twice: start from a copy-on-write view
 #                    of an existing target/ (an overlay: TARGET_DIR is never
@@ -28,6 +29,8 @@
 #                    everything compiles as on a fresh machine (about 25 min
 #                    more on 2 cores).
 # --keep             keep the work dir (its path is printed) for inspection.
+# --make GOAL        run `make GOAL` instead of `make demo` (`--make test`:
+#                    the whole suite on a fresh machine, for its cold time).
 #
 # Runs podman --privileged (make demo builds disks with loop devices). The
 # host's quirks (README, Troubleshooting): runc, lower rlimits.
@@ -35,11 +38,13 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 warm=
 keep=
+goal=demo
 while [ $# -gt 0 ]; do
   case "$1" in
     --warm) warm=$(cd "$2" && pwd); shift 2 ;;
     --keep) keep=1; shift ;;
-    *) echo "usage: $0 [--warm TARGET_DIR] [--keep]" >&2; exit 2 ;;
+    --make) goal=$2; shift 2 ;;
+    *) echo "usage: $0 [--warm TARGET_DIR] [--keep] [--make GOAL]" >&2; exit 2 ;;
   esac
 done
 say() { echo "fresh-machine: $*" >&2; }
@@ -50,7 +55,9 @@ RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
 HOST_CARGO=${CARGO_HOME:-$HOME/.cargo}
 [ -d "$RUSTUP_HOME/toolchains" ] || { say "no rustup toolchain in $RUSTUP_HOME: this check mounts the machine's own"; exit 1; }
 
-CACHE=$top/.cache/fresh-machine
+# shellcheck source=scripts/cache-root.sh
+. "$top/scripts/cache-root.sh"
+CACHE=$(bootimage_cache_root)/fresh-machine
 mkdir -p "$CACHE/apt-archives/partial"
 # Its package lists are kept (mmdebstrap removes them by default), to be made stale.
 . "$top/scripts/debian-rootfs.sh"
@@ -98,9 +105,13 @@ sed -i -e 's/^Version: .*/&~stale1/' -e 's|^Filename: .*|&.gone|' "${lists[@]}"
 rm -f /var/lib/apt/lists/*Release /var/lib/apt/lists/*Release.gpg /var/lib/apt/lists/*InRelease
 echo "fresh-machine: stale lists: qemu-utils $(apt-cache policy qemu-utils | awk '/Candidate:/ {print $2}')"
 cd /src
-time make demo
+time make "$1"
 EOF
-say "podman run $image: make demo"
+# A copy-on-write target/ must not be hard-linked into the dependency cache
+# (each link would copy the file up): no cache then.
+cache_env=()
+[ -z "$warm" ] || cache_env=(-e BOOTIMAGE_TARGET_CACHE=)
+say "podman run $image: make $goal"
 podman run --name "$name" --rm --privileged --runtime runc \
   --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --network host \
   -v "$work/src:/src" -v "$work/run.sh:/run.sh:ro" \
@@ -109,5 +120,5 @@ podman run --name "$name" --rm --privileged --runtime runc \
   -v "$CACHE/apt-archives:/var/cache/apt/archives" \
   -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro \
   -e PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root \
-  "$image" bash /run.sh
+  -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root "${cache_env[@]}" \
+  "$image" bash /run.sh "$goal"

@@ -14,7 +14,7 @@
 //!
 //! Needs root (ostree deploy), qemu-system-x86_64, OVMF, ostree, mksquashfs,
 //! xorriso, mtools, sgdisk, grub-mkimage. Built assets are cached in
-//! target/tmp/boot-harness/<key>/.
+//! boot-harness/<key>/ under the suite's cache root ([`cache_root`]).
 mod common;
 use common::boot::*;
 use common::*;
@@ -149,7 +149,7 @@ fn build_assets() -> Assets {
     let version = f["rhel_coreos"]["version"].as_str().unwrap().to_string();
     let osname = f["osname"].as_str().unwrap_or("testos").to_string();
     let key = hex::encode(&Sha256::digest(format!("{BUILD_SH}\n{commit}\n{osname}"))[..8]);
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("boot-harness");
+    let base = cache_root().join("boot-harness");
     let dir = base.join(&key);
     if !dir.join("done").exists() {
         fs::create_dir_all(&base).unwrap();

@@ -23,6 +23,10 @@
 //!   (also by two tests at the same time).
 //! * UEFI gets a fresh copy of the OVMF variable store for every boot.
 //! * `BOOTIMAGE_TEST_BOOT_LOGS=DIR` keeps every serial log as `DIR/<name>.log`.
+//! * `SUITE_BOOT_RECORD=FILE` (set by scripts/suite.py) appends one JSON
+//!   line per boot: the test, firmware, media and what booted, so the
+//!   suite can print which (arch, firmware, medium, format) each boot
+//!   covered and which were booted more than once.
 //! * `-machine q35` unless [`Vm::machine`] says otherwise; `-nodefaults`, so
 //!   a VM has only the devices its media need (no NIC without `Media::Pxe`).
 //! * Errors carry the reason, the qemu command line, qemu's own output, the
@@ -573,6 +577,7 @@ impl Vm {
             Ok(r) => r,
             Err(e) => return Err(format!("boot {name}: {e}\nqemu: {command}")),
         };
+        self.record(&outcome, elapsed);
         let fail = |reason: String| {
             let out = fs::read_to_string(&qemu_out).unwrap_or_default();
             let fw = fs::read(&fw_log).map(|b| clean(&b)).unwrap_or_default();
@@ -608,6 +613,65 @@ impl Vm {
                 "timed out after {:.0} s without a BOOTIMAGE-TEST-OS marker",
                 self.timeout.as_secs_f64()
             ))),
+        }
+    }
+
+    /// One line of `SUITE_BOOT_RECORD` (when set) for this boot.
+    fn record(&self, outcome: &Outcome, elapsed: Duration) {
+        let Some(file) = std::env::var_os("SUITE_BOOT_RECORD") else {
+            return;
+        };
+        let media: Vec<serde_json::Value> = self
+            .media
+            .iter()
+            .map(|m| match m {
+                Media::Disk {
+                    path,
+                    format,
+                    logical_block_size,
+                    bus,
+                } => serde_json::json!({"medium": "disk", "format": format.as_str(),
+                    "sector": logical_block_size, "bus": format!("{bus:?}").to_lowercase(),
+                    "file": base_name(path)}),
+                Media::Cdrom(p) => serde_json::json!({"medium": "cdrom", "file": base_name(p)}),
+                Media::UsbDisk(p) => serde_json::json!({"medium": "usb", "file": base_name(p)}),
+                Media::Kernel { kernel, .. } => {
+                    serde_json::json!({"medium": "kernel", "file": base_name(kernel)})
+                }
+                Media::Pxe { boot_file, .. } => {
+                    serde_json::json!({"medium": "pxe", "file": boot_file})
+                }
+            })
+            .collect();
+        let (ok, platform, mode) = match outcome {
+            Outcome::Ok { marker, .. } => match Marker::parse(marker) {
+                Ok(m) => (true, m.platform, m.mode.to_string()),
+                Err(_) => (false, String::new(), String::new()),
+            },
+            _ => (false, String::new(), String::new()),
+        };
+        let exe = std::env::args().next().unwrap_or_default();
+        let target = base_name(Path::new(&exe));
+        // Test executables are named <target>-<16 hex digits>.
+        let target = match target.rsplit_once('-') {
+            Some((t, h)) if h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()) => t,
+            _ => &target,
+        };
+        let line = serde_json::json!({
+            "target": target,
+            "test": std::thread::current().name().unwrap_or(""),
+            "firmware": self.firmware.to_string(),
+            "machine": self.machine,
+            "media": media,
+            "ok": ok,
+            "platform": platform,
+            "mode": mode,
+            "secs": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        });
+        if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(file) {
+            // One write(2) of a short line to an O_APPEND file: whole lines
+            // even with several test binaries appending at once.
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
 
@@ -851,6 +915,12 @@ impl Vm {
         a.extend(self.extra_args.iter().cloned());
         Ok(a)
     }
+}
+
+fn base_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn qemu_binary(fw: Firmware) -> String {

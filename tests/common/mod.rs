@@ -131,6 +131,22 @@ pub fn top() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Where the suite keeps what outlives a clone, keyed by its inputs (the
+/// same root as scripts/cache-root.sh): `BOOTIMAGE_CACHE`, else
+/// /var/cache/bootimage-gen as root, else ~/.cache/bootimage-gen.
+pub fn cache_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("BOOTIMAGE_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/cache/bootimage-gen");
+    }
+    let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
+    xdg.unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
+        .join("bootimage-gen")
+}
+
 /// The fixture directory (built once per test binary, cached across runs).
 pub fn fixture() -> &'static (PathBuf, Value) {
     static F: OnceLock<(PathBuf, Value)> = OnceLock::new();

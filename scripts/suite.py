@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""The test suite's runner (`make test`): compile every test target once,
+build the fixtures once, then run the targets side by side on the machine's
+cores, and end with a table of each target's wall time and the whole run's.
+
+    scripts/suite.py [--jobs N] [--features boot] [--no-lint] [TARGET...]
+
+Why not plain `cargo test`: it runs one target after another, and most of a
+TCG boot or a qemu-img check is one core, so the second core idles for most
+of the suite. Here each target is a job; up to N (default: the number of
+cores) run at once, the longest first (times learned from earlier runs and
+kept in the cache, or the defaults below), under three rules:
+
+- disk: a job starts only if the free space, less what the running jobs
+  may still write (their scratch estimate), leaves room for its own scratch
+  plus a margin; a job that does not fit waits (or runs alone). The suite
+  thus needs the room of its two largest targets at most, never the sum.
+- conflicts: two jobs that must not overlap (clippy rewrites target/ while
+  the container tier reads it through an overlay) never run together.
+- the lint jobs (rustfmt, clippy) are jobs too: clippy's compile fills a
+  core while a boot test holds the other.
+
+Each job's output goes to target/suite/NAME.log and is printed whole when
+the job ends, so a CI log reads target by target. Every SUITE_HEARTBEAT
+seconds (300) a line says what is running. The exit status is 1 if any job
+failed. Environment: SUITE_JOBS, SUITE_DISK_MARGIN_MIB (2048),
+SUITE_TIMES (the learned times file).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Per target: scratch it may write at its peak (MiB; measured in the stop 26
+# run, README "Disk") and a default time (s) for ordering before anything
+# is learned. Targets not named here get 512 MiB and 60 s.
+DISK_MIB = {
+    "generate_platforms": 4800,
+    "multiarch": 3200,
+    "backend_vm": 2400,
+    "container": 1200,
+    "generate_live": 700,
+    "live_offline": 600,
+    "generate": 500,
+    "chaos": 1500,
+    "clippy": 1500,
+}
+DEFAULT_SECS = {
+    "generate_platforms": 600,
+    "container": 500,
+    "multiarch": 320,
+    "clippy": 300,
+    "chaos": 150,
+    "boot_harness": 120,
+    "backend_vm": 100,
+    "generate_live": 90,
+    "generate": 90,
+    "generate_aws": 80,
+    "live_offline": 70,
+    "rhel10": 60,
+    "lib": 50,
+}
+# Pairs that must not run at the same time, with the reason.
+CONFLICTS = {
+    frozenset(["clippy", "container"]): "container overlays target/, clippy writes it",
+}
+
+
+def say(msg):
+    print(f"suite: {msg}", flush=True)
+
+
+def free_mib(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize // (1 << 20)
+
+
+def fmt_secs(s):
+    s = int(round(s))
+    return f"{s // 60}:{s % 60:02d}"
+
+
+class Job:
+    def __init__(self, name, argv, env=None, cwd=TOP):
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.disk = DISK_MIB.get(name, 512)
+        self.proc = None
+        self.start = None
+        self.secs = None
+        self.rc = None
+        self.log = os.path.join(TOP, "target", "suite", f"{name}.log")
+        self.counts = ""
+
+    def launch(self):
+        os.makedirs(os.path.dirname(self.log), exist_ok=True)
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.logf = open(self.log, "wb")
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv, cwd=self.cwd, env=env, stdout=self.logf,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+    def poll(self):
+        rc = self.proc.poll()
+        if rc is None:
+            return False
+        self.rc = rc
+        self.secs = time.monotonic() - self.start
+        self.logf.close()
+        text = open(self.log, "rb").read().decode("utf-8", "replace")
+        passed = failed = ignored = 0
+        for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text):
+            passed += int(m.group(1))
+            failed += int(m.group(2))
+            ignored += int(m.group(3))
+        if re.search(r"test result:", text):
+            self.counts = f"{passed} passed, {failed} failed, {ignored} ignored"
+        bar = "=" * 20
+        print(f"{bar} {self.name}: exit {rc} in {self.secs:.0f} s {bar}", flush=True)
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        print(f"{bar} end of {self.name} {bar}", flush=True)
+        return True
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 15)
+            except ProcessLookupError:
+                pass
+
+
+ARCH_OF_FIRMWARE = {"bios": "x86_64", "uefi": "x86_64", "aavmf": "aarch64",
+                    "slof": "ppc64le", "s390-ccw": "s390x"}
+
+
+def boot_coverage(path):
+    """The boots the harness recorded (tests/common/boot.rs), as a table of
+    (arch, firmware, medium, platform, mode) with the targets that booted it;
+    lines for combinations booted by more than one target."""
+    try:
+        lines = [json.loads(l) for l in open(path) if l.strip()]
+    except OSError:
+        return
+    if not lines:
+        return
+    cover = {}
+    for b in lines:
+        media = []
+        for m in b["media"]:
+            d = m["medium"]
+            if m["medium"] == "disk":
+                d = f"disk {m['format']}" + (" 4k" if m.get("sector") == 4096 else "") \
+                    + ("" if m.get("bus") == "virtio" else f" {m.get('bus')}")
+            media.append(d)
+        key = (ARCH_OF_FIRMWARE.get(b["firmware"], "?"), b["firmware"], " + ".join(media),
+               b["platform"] or "-", b["mode"] or ("FAILED" if not b["ok"] else "-"))
+        cover.setdefault(key, []).append(f"{b['target']}::{b['test']}")
+    print()
+    print(f"Boots: {len(lines)} in all, {len(cover)} different (arch, firmware, medium, platform, mode); "
+          f"{sum(1 for b in lines if not b['ok'])} did not show the marker (negative tests included)")
+    print("| arch | firmware | medium | platform | mode | boots | by")
+    print("|---|---|---|---|---|---|---")
+    for key in sorted(cover):
+        by = sorted(set(cover[key]))
+        print(f"| {' | '.join(key)} | {len(cover[key])} | {', '.join(by)}")
+    multi = {k: v for k, v in cover.items() if len({t.split('::')[0] for t in v}) > 1}
+    if multi:
+        say(f"{len(multi)} combinations are booted by more than one target (see the table)")
+
+
+def compile_tests(features):
+    """`cargo test --no-run`: every test executable, by target name."""
+    argv = [os.environ.get("CARGO", "cargo"), "test", "--release", "--no-run",
+            "--message-format=json-render-diagnostics"]
+    if features:
+        argv += ["--features", features]
+    p = subprocess.Popen(argv, cwd=TOP, stdout=subprocess.PIPE)
+    exes = {}
+    for line in p.stdout:
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if m.get("reason") == "compiler-message" and "rendered" in m.get("message", {}):
+            sys.stderr.write(m["message"]["rendered"])
+        if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+            continue
+        if not m.get("profile", {}).get("test"):
+            continue
+        t = m["target"]
+        kind = t["kind"][0]
+        name = "lib" if kind == "lib" else (t["name"] if kind == "test" else f"{kind}-{t['name']}")
+        exes[name] = m["executable"]
+    if p.wait() != 0:
+        say("cargo test --no-run failed")
+        sys.exit(1)
+    return exes
+
+
+def load_times(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return {}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("SUITE_JOBS", os.cpu_count() or 2)))
+    ap.add_argument("--features", default="boot")
+    ap.add_argument("--no-lint", action="store_true", help="skip the rustfmt and clippy jobs")
+    ap.add_argument("--test-threads", default="2")
+    ap.add_argument("--deps-secs", type=float, help="time the caller spent installing dependencies")
+    ap.add_argument("targets", nargs="*", help="only these targets (lib, generate, ...)")
+    a = ap.parse_args()
+    margin = int(os.environ.get("SUITE_DISK_MARGIN_MIB", "2048"))
+    heartbeat = int(os.environ.get("SUITE_HEARTBEAT", "300"))
+    times_path = os.environ.get("SUITE_TIMES", os.path.join(TOP, ".cache", "suite-times.json"))
+    learned = load_times(times_path)
+    t_all = time.monotonic()
+    phases = []
+    if a.deps_secs is not None:
+        phases.append(("install-deps", a.deps_secs))
+
+    say(f"{free_mib(TOP)} MiB free at {TOP}, {free_mib('/var/tmp')} MiB at /var/tmp; {a.jobs} jobs")
+    t = time.monotonic()
+    exes = compile_tests(a.features)
+    phases.append(("compile tests", time.monotonic() - t))
+
+    t = time.monotonic()
+    fixture_tool = os.path.join(TOP, "target", "release", "bootimage-fixture")
+    if os.path.exists(fixture_tool) and (a.features or "") != "":
+        r = subprocess.run(["bash", os.path.join(TOP, "fixtures", "build.sh")],
+                           cwd=TOP, env=dict(os.environ, FIXTURE_TOOL=fixture_tool),
+                           stdout=subprocess.DEVNULL)
+        if r.returncode != 0:
+            say("fixtures/build.sh failed")
+            sys.exit(1)
+    phases.append(("fixtures", time.monotonic() - t))
+
+    boots = os.path.join(TOP, "target", "suite", "boots.jsonl")
+    os.makedirs(os.path.dirname(boots), exist_ok=True)
+    open(boots, "w").close()
+    jobs = []
+    for name, exe in sorted(exes.items()):
+        if a.targets and name not in a.targets:
+            continue
+        jobs.append(Job(name, [exe, f"--test-threads={a.test_threads}"], env={
+            "CARGO_MANIFEST_DIR": TOP, "SUITE_BOOT_RECORD": boots}))
+    if not a.no_lint and not a.targets:
+        cargo = os.environ.get("CARGO", "cargo")
+        jobs.append(Job("rustfmt", [cargo, "fmt", "--check"]))
+        clippy = [cargo, "clippy", "--release", "--all-targets"]
+        if a.features:
+            clippy += ["--features", a.features]
+        jobs.append(Job("clippy", clippy + ["--", "-D", "warnings"]))
+    for j in jobs:
+        j.expect = learned.get(j.name, DEFAULT_SECS.get(j.name, 60))
+    pending = sorted(jobs, key=lambda j: -j.expect)
+    running, done = [], []
+
+    def conflict(j):
+        for r in running:
+            why = CONFLICTS.get(frozenset([j.name, r.name]))
+            if why:
+                return why
+        return None
+
+    def fits(j):
+        if not running:
+            return True
+        reserved = sum(r.disk for r in running)
+        return free_mib(TOP) - reserved >= j.disk + margin
+
+    last_beat = time.monotonic()
+    try:
+        while pending or running:
+            for r in list(running):
+                if r.poll():
+                    running.remove(r)
+                    done.append(r)
+            started = True
+            while started and len(running) < a.jobs and pending:
+                started = False
+                for j in pending:
+                    if conflict(j) or not fits(j):
+                        continue
+                    pending.remove(j)
+                    j.launch()
+                    running.append(j)
+                    say(f"start {j.name} (expected {fmt_secs(j.expect)}, scratch ~{j.disk} MiB; "
+                        f"{free_mib(TOP)} MiB free)")
+                    started = True
+                    break
+            if time.monotonic() - last_beat >= heartbeat:
+                last_beat = time.monotonic()
+                now = time.monotonic()
+                say("running: " + ", ".join(f"{r.name} {fmt_secs(now - r.start)}" for r in running)
+                    + f"; {len(done)} done, {len(pending)} waiting; {free_mib(TOP)} MiB free")
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        for r in running:
+            r.kill()
+        raise
+
+    total = time.monotonic() - t_all + (a.deps_secs or 0)
+    for j in done:
+        if j.rc == 0:
+            learned[j.name] = round(j.secs)
+    try:
+        os.makedirs(os.path.dirname(times_path), exist_ok=True)
+        with open(times_path + ".tmp", "w") as f:
+            json.dump(learned, f, indent=1, sort_keys=True)
+        os.replace(times_path + ".tmp", times_path)
+    except OSError as e:
+        say(f"could not save the times to {times_path}: {e}")
+
+    failed = [j for j in done if j.rc != 0]
+    rows = [(n, "", fmt_secs(s), "") for n, s in phases]
+    for j in sorted(done, key=lambda j: -j.secs):
+        rows.append((j.name, "ok" if j.rc == 0 else f"FAILED (exit {j.rc})", fmt_secs(j.secs), j.counts))
+    w = max(len(r[0]) for r in rows)
+    print()
+    print(f"| {'target':<{w}} | {'result':<17} | {'wall':>6} | tests")
+    print(f"|{'-' * (w + 2)}|{'-' * 19}|{'-' * 8}|------")
+    for n, res, s, c in rows:
+        print(f"| {n:<{w}} | {res:<17} | {s:>6} | {c}")
+    serial = sum(j.secs for j in done)
+    print(f"| {'whole run':<{w}} | {'FAILED' if failed else 'ok':<17} | {fmt_secs(total):>6} | "
+          f"{len(done)} jobs on {a.jobs} slots; their sum {fmt_secs(serial)}")
+    boot_coverage(boots)
+    say(f"{free_mib(TOP)} MiB free at the end")
+    if failed:
+        say("failed: " + ", ".join(j.name for j in failed) + f" (logs in {os.path.join(TOP, 'target', 'suite')})")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
