@@ -734,7 +734,10 @@ pub(crate) mod tests {
     /// boot the host kernel whose command line shows the expanded
     /// `$ignition_firstboot`. Needs root, qemu and a host kernel.
     #[test]
-    #[cfg_attr(not(feature = "boot"), ignore = "boots qemu, needs root: a loop device (--features boot)")]
+    #[cfg_attr(
+        not(feature = "boot"),
+        ignore = "boots qemu, needs root: a loop device (--features boot)"
+    )]
     fn seabios_boots_grub_to_the_kernel() {
         let grub = host_grub();
         let work = tempfile::tempdir().unwrap();

@@ -162,7 +162,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(not(feature = "privileged"), ignore = "needs root: a loop device (--features privileged)")]
+    #[cfg_attr(
+        not(feature = "privileged"),
+        ignore = "needs root: a loop device (--features privileged)"
+    )]
     fn sfdisk_and_sgdisk_read_it_back() {
         for ss in [512u64, 4096] {
             let f = tempfile::NamedTempFile::new().unwrap();

@@ -1014,7 +1014,10 @@ mod tests {
     /// Build into the middle of a sparse disk and read it back with
     /// dosfstools, mtools and blkid, for both sector sizes.
     #[test]
-    #[cfg_attr(not(feature = "privileged"), ignore = "needs root: a loop device (--features privileged)")]
+    #[cfg_attr(
+        not(feature = "privileged"),
+        ignore = "needs root: a loop device (--features privileged)"
+    )]
     fn esp_reads_back_with_independent_tools() {
         for tool in ["minfo", "mcopy", "mdir", "blkid", "fsck.fat"] {
             assert!(

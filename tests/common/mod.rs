@@ -143,8 +143,10 @@ pub fn cache_root() -> PathBuf {
         return PathBuf::from("/var/cache/bootimage-gen");
     }
     let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
-    xdg.unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
-        .join("bootimage-gen")
+    xdg.unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+    })
+    .join("bootimage-gen")
 }
 
 /// The fixture directory (built once per test binary, cached across runs).
