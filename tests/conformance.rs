@@ -528,3 +528,120 @@ fn unreadable_credentials() {
         "{err}"
     );
 }
+
+/// An RHCOS 4.16/4.17-style OS: cosa's merged image.json (its
+/// image-default.yaml keys, `grub-script`): inspect names the era and the
+/// keys; `--dry-run` says where grub.cfg comes from; the metal disk's
+/// `/boot/grub2/grub.cfg` is the grub-script (metal has no console
+/// commands to insert).
+#[test]
+fn cosa_era_image_json_grub_script() {
+    let f = fxk("release_cosa417");
+    let c = cache();
+    let rel = oci("release-cosa417");
+    let doc = ok_json(c.path(), &["inspect", &rel, "--json", "--import"]);
+    let cfg = &doc["bootimage-config"];
+    assert_eq!(cfg["image-json-era"], "cosa", "{cfg:#}");
+    let script = std::fs::read_to_string(top().join("fixtures/os/cosa-4.17/grub.cfg")).unwrap();
+    assert_eq!(cfg["grub-script-bytes"], script.len());
+    let keys: Vec<&str> = cfg["cosa-keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("ostree-format='oci-chunked-v1'")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().any(|k| k.starts_with("bootfs='ext4'")),
+        "{keys:?}"
+    );
+    // The OS's own image.yaml keys win over cosa's defaults.
+    assert_eq!(cfg["image"]["size"]["value"], 10);
+    assert_eq!(cfg["image"]["live-rootfs-fsoptions"]["value"], "-comp zstd");
+    let out = tempfile::tempdir().unwrap();
+    let o = run(
+        c.path(),
+        &[
+            "generate",
+            &rel,
+            "metal",
+            "--dry-run",
+            "-o",
+            out.path().to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = plan["os"]["grub_cfg"].as_str().unwrap();
+    assert!(g.contains("image.json grub-script"), "{g}");
+    let disk = generate_metal(c.path(), &rel, "--quiet", out.path());
+    check_metal(&disk);
+    let t = sfdisk(&disk);
+    let p3 = &t["partitiontable"]["partitions"][2];
+    let l = Loop::new(
+        &disk,
+        p3["start"].as_u64().unwrap() * 512,
+        Some(p3["size"].as_u64().unwrap() * 512),
+        512,
+    );
+    let got = must(Command::new("debugfs").args(["-R", "cat /grub2/grub.cfg", &l.0]));
+    assert_eq!(
+        got,
+        script.trim_end(),
+        "grub.cfg of {} ({})",
+        disk.display(),
+        f["os"]["digest"]
+    );
+}
+
+/// `--os-stream all` on the OCP 5-style dual-stream payload: one output
+/// tree per stream (each with its meta.json and stream.json), and
+/// streams.json shaped like the ConfigMap's `data.streams`, which
+/// coreos-stream-metadata reads for both streams.
+#[test]
+fn os_stream_all_builds_every_stream() {
+    let f = fxk("release_ocp5");
+    let c = cache();
+    let out = tempfile::tempdir().unwrap();
+    let o = run(
+        c.path(),
+        &[
+            "generate",
+            &oci("release-ocp5"),
+            "metal",
+            "--os-stream",
+            "all",
+            "--compress",
+            "none",
+            "--no-ostree-archive",
+            "-o",
+            out.path().to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let raw = std::fs::read(out.path().join("streams.json")).unwrap();
+    let all: serde_json::Map<String, Value> = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(all.keys().collect::<Vec<_>>(), ["rhel-10", "rhel-9"]);
+    for (stream, key) in [("rhel-9", "rhel9"), ("rhel-10", "rhel10")] {
+        let dir = out.path().join(stream);
+        let meta: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["ostree-version"], f[key]["version"], "{stream}");
+        check_metal(&image_file(&meta, &dir, "metal"));
+        let s: coreos_stream_metadata::Stream =
+            serde_json::from_value(all[stream].clone()).unwrap();
+        let metal = &s.architectures["x86_64"].artifacts["metal"];
+        let loc = &metal.formats["raw"]["disk"].location;
+        assert!(
+            loc.contains(f[key]["version"].as_str().unwrap()),
+            "{stream}: {loc}"
+        );
+        let on_disk: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("stream.json")).unwrap()).unwrap();
+        assert_eq!(on_disk, all[stream], "{stream}");
+    }
+}

@@ -143,8 +143,207 @@ fn without_import_labels_only() {
     let doc = ok_json(c.path(), &["inspect", &oci("release"), "--json"]);
     assert_eq!(doc["os"]["imported"], false);
     assert_eq!(doc["bootimage-config"], Value::Null);
-    assert_eq!(doc["os"]["kernel"], fx()["kernel"]);
+    // The kernel is read from the tree only (never the ostree.linux label).
+    assert_eq!(doc["os"]["kernel"], Value::Null);
     assert_eq!(doc["os"]["version"], fx()["rhel_coreos"]["version"]);
+    // Every OS tag found, as the MCO finds them; the default is rhel-9 for 4.x.
+    let imgs: Vec<(&str, &str, bool)> = doc["os-images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["tag"].as_str().unwrap(),
+                f["stream-class"].as_str().unwrap_or("-"),
+                f["bootable"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        imgs,
+        [
+            ("rhel-coreos", "rhel-9", true),
+            ("rhel-coreos-10", "rhel-10", true),
+            ("machine-os-content", "-", true)
+        ]
+    );
+    assert_eq!(doc["os"]["stream-class"], "rhel-9");
+    let why = doc["os"]["chosen-because"].as_str().unwrap();
+    assert!(why.contains("OCP 4.x is rhel-9"), "{why}");
+}
+
+/// OCP 5-style payload: rhel-coreos and rhel-coreos-10 node images with the
+/// stream class label, their extensions images, `data.streams` for both.
+#[test]
+fn ocp5_dual_stream_payload() {
+    let c = cache();
+    let f = &fx()["release_ocp5"];
+    let doc = ok_json(c.path(), &["inspect", &oci("release-ocp5"), "--json"]);
+    assert_eq!(doc["release"]["version"], f["version"]);
+    let imgs = doc["os-images"].as_array().unwrap();
+    let row = |t: &str| {
+        imgs.iter()
+            .find(|x| x["tag"] == t)
+            .unwrap_or_else(|| panic!("{t}: {imgs:?}"))
+    };
+    assert_eq!(imgs.len(), 4, "{imgs:?}");
+    for (t, class, boots) in [
+        ("rhel-coreos", "rhel-9", true),
+        ("rhel-coreos-extensions", "rhel-9", false),
+        ("rhel-coreos-10", "rhel-10", true),
+        ("rhel-coreos-10-extensions", "rhel-10", false),
+    ] {
+        assert_eq!(row(t)["stream-class"], class, "{t}");
+        assert_eq!(row(t)["bootable"], boots, "{t}");
+    }
+    assert_eq!(
+        row("rhel-coreos-10")["stream-class-source"],
+        "label io.openshift.os.streamclass"
+    );
+    assert_eq!(row("rhel-coreos-extensions")["kind"], "extensions");
+    // The MCO's default from OCP 5: rhel-10; its stream's AMIs.
+    assert_eq!(doc["os"]["tag"], "rhel-coreos-10");
+    assert_eq!(doc["os"]["digest"], f["rhel10"]["digest"]);
+    assert_eq!(doc["os"]["stream-class"], "rhel-10");
+    let why = doc["os"]["chosen-because"].as_str().unwrap();
+    assert!(why.contains("OCP 5.x is rhel-10"), "{why}");
+    assert_eq!(doc["pinned-amis"][0]["image"], "ami-010f1e2d3c4b5a697");
+    // No `version` label on node images: org.opencontainers.image.version.
+    assert_eq!(doc["os"]["version"], f["rhel10"]["version"]);
+    assert_eq!(doc["os"]["kernel"], Value::Null);
+    // --os-stream takes a stream or a tag.
+    for want in ["rhel-9", "rhel-coreos"] {
+        let d = ok_json(
+            c.path(),
+            &[
+                "inspect",
+                &oci("release-ocp5"),
+                "--os-stream",
+                want,
+                "--json",
+            ],
+        );
+        assert_eq!(d["os"]["tag"], "rhel-coreos", "{want}");
+        assert_eq!(d["os"]["digest"], f["rhel9"]["digest"], "{want}");
+        assert_eq!(
+            d["pinned-amis"][0]["image"], "ami-0f1e2d3c4b5a69788",
+            "{want}"
+        );
+    }
+    // The text form lists every OS image with its class and bootability.
+    let o = run(c.path(), &["inspect", &oci("release-ocp5")]);
+    let t = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        t.contains("rhel-coreos-10-extensions") && t.contains("not bootable: an extensions image"),
+        "{t}"
+    );
+    assert!(t.contains("chosen because") && t.contains("rhel-10"), "{t}");
+    // A stream the payload lacks, and an extensions tag: one line each.
+    let e = expect_error(
+        c.path(),
+        &["inspect", &oci("release-ocp5"), "--os-stream", "rhel-11"],
+        "no OS stream 'rhel-11'",
+    );
+    assert!(
+        e.contains("rhel-coreos (stream rhel-9), rhel-coreos-10 (stream rhel-10)"),
+        "{e}"
+    );
+    expect_error(
+        c.path(),
+        &[
+            "inspect",
+            &oci("release-ocp5"),
+            "--os-stream",
+            "rhel-coreos-extensions",
+        ],
+        "is not bootable: an extensions image",
+    );
+    // generate says which OS and why (the dry run needs no import).
+    let outd = tempfile::tempdir().unwrap();
+    let out = outd.path().join("out");
+    let o = run(
+        c.path(),
+        &[
+            "generate",
+            &oci("release-ocp5"),
+            "metal",
+            "--dry-run",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("OS image: release tag rhel-coreos-10 (stream rhel-10): the MCO's default stream for OCP 5.x is rhel-10"),
+        "{}",
+        stderr(&o)
+    );
+    let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["os"]["stream"], "rhel-10");
+}
+
+/// OKD: `stream-coreos` (and its extensions) only, `data.streams` keyed "".
+#[test]
+fn okd_stream_coreos_payload() {
+    let c = cache();
+    let f = &fx()["release_okd"];
+    let doc = ok_json(c.path(), &["inspect", &oci("release-okd"), "--json"]);
+    assert_eq!(doc["os"]["tag"], "stream-coreos");
+    assert_eq!(doc["os"]["digest"], f["os"]["digest"]);
+    assert_eq!(doc["os"]["stream-class"], Value::Null);
+    let why = doc["os"]["chosen-because"].as_str().unwrap();
+    assert!(why.contains("only OS stream"), "{why}");
+    let imgs = doc["os-images"].as_array().unwrap();
+    assert_eq!(imgs.len(), 2, "{imgs:?}");
+    assert_eq!(imgs[1]["tag"], "stream-coreos-extensions");
+    assert_eq!(imgs[1]["bootable"], false);
+    // The stream under key "" pins the AMIs.
+    assert_eq!(doc["pinned-amis"].as_array().unwrap().len(), 2);
+}
+
+/// A payload whose OS tags hold no bootable image: the error lists what
+/// was found and why each was skipped.
+#[test]
+fn payload_without_bootable_os() {
+    let c = cache();
+    let e = expect_error(
+        c.path(),
+        &["inspect", &oci("release-noos")],
+        "has no bootable OS image",
+    );
+    assert!(
+        e.contains("rhel-coreos-extensions (stream rhel-9): skipped, an extensions image"),
+        "{e}"
+    );
+    assert!(
+        e.contains("rhel-coreos (stream rhel-9): skipped, not an OS image"),
+        "{e}"
+    );
+}
+
+/// `data.streams` that is not JSON: one line naming the ConfigMap key.
+#[test]
+fn bootimages_streams_not_json() {
+    let c = cache();
+    let d = tempfile::tempdir().unwrap();
+    let refs = refs_json("5.0.0-bad", &[]);
+    let r = make_release(
+        d.path(),
+        &[
+            ("release-manifests/image-references", &refs),
+            (
+                "release-manifests/0000_50_installer_coreos-bootimages.yaml",
+                "apiVersion: v1\ndata:\n  stream: '{}'\n  streams: 'rhel-9: not json'\nkind: ConfigMap\n",
+            ),
+        ],
+        None,
+    );
+    expect_error(
+        c.path(),
+        &["inspect", &r],
+        "ConfigMap key data.streams is not a JSON object",
+    );
 }
 
 #[test]

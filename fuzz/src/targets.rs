@@ -42,15 +42,17 @@ fn payload(files: &[(&str, &[u8])]) {
         .collect();
     if let Ok(p) = release::Payload::from_files(&m) {
         for s in [None, Some("rhel-coreos"), Some("machine-os-content")] {
-            if let Ok(c) = p.os_component(s) {
+            for c in p.os_candidates(s) {
                 let _ = imageref::ImageRef::parse(&c.pullspec);
-                if let Some(st) = p.stream_for(&c.tag) {
+                let class = release::osimages::installer_stream_for_tag(&c.tag);
+                if let Some(st) = p.stream_for(class) {
                     for a in ARCHES {
                         let _ = release::stream_platforms(st, a);
                         let _ = release::pinned_amis(st, a);
                     }
                 }
             }
+            let _ = release::osimages::default_stream(&p.version);
         }
     }
 }

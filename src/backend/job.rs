@@ -59,6 +59,10 @@ pub struct DiskJob {
     /// them), when the OS ships bootupd metadata.
     #[serde(default)]
     pub bootupd: Option<BootupdJob>,
+    /// image.json `grub-script` of a cosa-era OS (4.16, 4.17): each
+    /// platform's grub.cfg, unless bootupd's static configs make it.
+    #[serde(default)]
+    pub grub_script: Option<String>,
 }
 
 /// bootupd's part of the job (see [`bootupd`]).
@@ -672,6 +676,7 @@ impl DiskJob {
                 kargs: &b.kargs,
                 grub_commands: &b.grub_commands,
                 static_grub: base.static_grub.as_ref(),
+                grub_script: self.grub_script.as_deref(),
                 grub: b.zipl_block_size.is_none(),
             },
         )?;

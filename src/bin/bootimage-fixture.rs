@@ -30,6 +30,8 @@ fn usage() -> ! {
       --minimal-config  config with only architecture, os, rootfs (OCI minimum; labels dropped)
   bootimage-fixture derive --layout DIR --from-tag TAG --tag TAG --layer-dir DIR [--zstd] [--created-by TEXT]
       the image FROM-TAG plus one layer, config extended as `podman build` does
+  bootimage-fixture relabel --layout DIR --from-tag TAG --tag TAG [--label K=V]... [--unlabel K]...
+      the image FROM-TAG with labels set or removed (a `FROM base` + `LABEL` build: config only)
   bootimage-fixture set-arch --layout DIR --tag TAG --arch ARCH
       TAG's image with config architecture ARCH (OCI name; arm64 gets variant v8)
   bootimage-fixture index --layout DIR --tag TAG --entry ARCH=DIGEST...
@@ -271,6 +273,56 @@ fn derive(args: &[String]) -> Result<()> {
     store_image(&layout, &tag, manifest, &config)
 }
 
+/// FROM-TAG with labels set (`--label K=V`) or removed (`--unlabel K`), as
+/// `podman build` writes `FROM base` + `LABEL ...`: layers kept, only the
+/// config's `config.Labels` changed (and an empty-layer history entry).
+fn relabel(args: &[String]) -> Result<()> {
+    let (mut layout, mut from, mut tag) = (None, None, None);
+    let (mut set, mut unset) = (Vec::new(), Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--layout" => layout = Some(PathBuf::from(val())),
+            "--from-tag" => from = Some(val()),
+            "--tag" => tag = Some(val()),
+            "--label" => {
+                let kv = val();
+                let (k, v) = kv.split_once('=').unwrap_or_else(|| usage());
+                set.push((k.to_string(), v.to_string()));
+            }
+            "--unlabel" => unset.push(val()),
+            _ => usage(),
+        }
+    }
+    let (Some(layout), Some(from), Some(tag)) = (layout, from, tag) else {
+        usage()
+    };
+    let (manifest, mut config) = load_image(&layout, &from)?;
+    if !config["config"].is_object() {
+        config["config"] = json!({});
+    }
+    if !config["config"]["Labels"].is_object() {
+        config["config"]["Labels"] = json!({});
+    }
+    let labels = config["config"]["Labels"]
+        .as_object_mut()
+        .context("labels")?;
+    for k in &unset {
+        labels.remove(k);
+    }
+    for (k, v) in &set {
+        labels.insert(k.clone(), json!(v));
+    }
+    let what: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let entry = json!({"created": CREATED, "created_by": format!("/bin/sh -c #(nop) LABEL {}", what.join(" ")), "empty_layer": true});
+    match config["history"].as_array_mut() {
+        Some(h) => h.push(entry),
+        None => config["history"] = json!([entry]),
+    }
+    store_image(&layout, &tag, manifest, &config)
+}
+
 /// The OCI manifest and config that TAG names.
 fn load_image(layout: &Path, tag: &str) -> Result<(Value, Value)> {
     let desc = find_tag(layout, tag)?;
@@ -443,6 +495,7 @@ fn main() -> Result<()> {
         "add-image" => add_image(&args[2..]),
         "derive" => derive(&args[2..]),
         "set-arch" => set_arch(&args[2..]),
+        "relabel" => relabel(&args[2..]),
         "index" => index(&args[2..]),
         "merge" => merge(&args[2..]),
         "digest" => {

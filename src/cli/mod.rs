@@ -141,7 +141,7 @@ pub enum Progress {
     Json,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
     #[command(flatten)]
     pub input: InputArgs,
@@ -255,9 +255,12 @@ pub struct InputArgs {
     /// digest, try these mirrors first, as `oc` does.
     #[arg(long, value_name = "FILE")]
     pub idms_file: Option<PathBuf>,
-    /// The OS stream tag to use when the release carries more than one
-    /// (e.g. rhel-coreos-10). Default: rhel-coreos, else machine-os-content.
-    #[arg(long, value_name = "TAG")]
+    /// The OS stream to use when the release carries more than one: a
+    /// stream (rhel-9, rhel-10) or an OS tag (rhel-coreos-10). Default: the
+    /// MCO's: the only stream, else rhel-9 for OCP 4.x and rhel-10 from 5.
+    /// `generate --os-stream all` builds every stream, each in its own
+    /// output directory (<output>/<stream>), plus <output>/streams.json.
+    #[arg(long, value_name = "STREAM|TAG")]
     pub os_stream: Option<String>,
     /// Architecture to pick when the release (or its OS image) is a manifest
     /// list / OCI index, such as the `-multi` payloads: x86_64, aarch64,

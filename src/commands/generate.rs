@@ -3,8 +3,74 @@ use crate::cli::GenerateArgs;
 use crate::plan::settings::{Flags, Settings};
 use anyhow::Result;
 
+/// `--os-stream all`: every OS stream of the release.
+pub const ALL_STREAMS: &str = "all";
+/// The release's streams, shaped like the coreos-bootimages ConfigMap's
+/// `data.streams` (installer `hack/build-coreos-manifest.go`).
+pub const STREAMS_JSON: &str = "streams.json";
+
 pub fn run(a: GenerateArgs) -> Result<()> {
     crate::util::cancel::install()?;
+    if a.input.os_stream.as_deref() == Some(ALL_STREAMS) {
+        return run_all_streams(a);
+    }
+    run_one(a)
+}
+
+/// One run per OS stream, into `<output>/<stream>` (OKD's one stream, which
+/// has no class: `<output>/<tag>`), then `<output>/streams.json`: each
+/// stream's stream.json under its ConfigMap key (`""` for a stream without
+/// class, as OKD's `scos.json`).
+fn run_all_streams(a: GenerateArgs) -> Result<()> {
+    use crate::release::osimages;
+    let mut input = a.input.clone();
+    input.os_stream = None;
+    let settings = super::input_settings(&input)?;
+    let loaded = super::block_on(crate::plan::input::load(&settings, false))?;
+    let found = &loaded.resolved.os_images;
+    let picks = osimages::all_streams(found);
+    if picks.is_empty() {
+        // Says why: each image found and why it does not boot.
+        osimages::choose(found, &loaded.resolved.release_version, None)?;
+    }
+    let _out_lock = crate::util::lock::DirLock::output(&a.output)?;
+    let mut streams = serde_json::Map::new();
+    for i in &picks {
+        let f = &found[*i];
+        let dir = f.stream_class.clone().unwrap_or_else(|| f.tag.clone());
+        crate::util::ui::status(format!(
+            "--os-stream all: stream {} (release tag {}) into {}",
+            f.stream_class.as_deref().unwrap_or("(none)"),
+            f.tag,
+            a.output.join(&dir).display()
+        ));
+        let mut one = a.clone();
+        one.input.os_stream = Some(f.tag.clone());
+        one.output = a.output.join(&dir);
+        run_one(one)?;
+        if !a.dry_run {
+            let s = crate::publish::stream::read_stream(&a.output.join(&dir))?;
+            streams.insert(
+                f.stream_class.clone().unwrap_or_default(),
+                serde_json::to_value(s)?,
+            );
+        }
+    }
+    if !a.dry_run {
+        let mut data = serde_json::to_vec_pretty(&streams)?;
+        data.push(b'\n');
+        crate::publish::meta::write_atomic(&a.output, STREAMS_JSON, &data)?;
+        crate::util::ui::status(format!(
+            "--os-stream all: {} stream(s) ({}); {} holds them keyed as the coreos-bootimages ConfigMap's data.streams",
+            streams.len(),
+            streams.keys().map(|k| if k.is_empty() { "\"\"" } else { k.as_str() }).collect::<Vec<_>>().join(", "),
+            a.output.join(STREAMS_JSON).display()
+        ));
+    }
+    Ok(())
+}
+
+fn run_one(a: GenerateArgs) -> Result<()> {
     let flags = Flags {
         platforms: a.platforms,
         aws: (&a.aws).into(),

@@ -41,9 +41,10 @@ pub fn document(l: &Loaded) -> Value {
         .map(|o| o.version.clone())
         .or_else(|| label("org.opencontainers.image.version"))
         .or_else(|| label("version"));
-    let kernel = os
-        .map(|o| o.kernel_version.clone())
-        .or_else(|| label(crate::oscontainer::LABEL_OSTREE_LINUX));
+    // The kernel is the tree's (`/usr/lib/modules/<kver>/vmlinuz`): the
+    // `ostree.linux` label of a node image is the literal `true`
+    // (openshift/os Containerfile), so it is never shown as the kernel.
+    let kernel = os.map(|o| o.kernel_version.clone());
     let osname = os
         .map(|o| o.osname.clone())
         .or_else(|| label(crate::oscontainer::LABEL_OSNAME));
@@ -51,6 +52,9 @@ pub fn document(l: &Loaded) -> Value {
         let i = &o.config.image;
         json!({
             "sources": o.config.sources,
+            "image-json-era": i.era,
+            "cosa-keys": i.cosa_keys,
+            "grub-script-bytes": i.grub_script.as_ref().map(|g| g.len()),
             "image": {
                 "size": setting(&i.size),
                 "extra-kargs": setting(&i.extra_kargs),
@@ -87,8 +91,11 @@ pub fn document(l: &Loaded) -> Value {
             "metadata": r.payload.as_ref().and_then(|p| p.metadata.clone()),
             "index": r.release_index,
         },
+        "os-images": r.os_images,
         "os": {
             "tag": r.os_tag,
+            "stream-class": r.os_stream_class,
+            "chosen-because": r.os_choice,
             "pullspec": r.os_pullspec,
             "source": r.os_source,
             "digest": r.os_digest,
@@ -170,8 +177,28 @@ fn print_text(d: &Value) {
     index_row(&row, &d["release"]["index"]);
     row("architecture", s(&d["release"]["architecture"]));
     let o = &d["os"];
+    println!("OS images (tags matching the MCO's OS pattern, and machine-os-content)");
+    for f in d["os-images"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<24} stream {:<8} {}{}",
+            s(&f["tag"]),
+            s(&f["stream-class"]),
+            if f["bootable"] == true {
+                "bootable"
+            } else {
+                "not bootable: "
+            },
+            if f["bootable"] == true {
+                String::new()
+            } else {
+                s(&f["note"])
+            }
+        );
+    }
     println!("OS image");
     row("tag", s(&o["tag"]));
+    row("stream", s(&o["stream-class"]));
+    row("chosen because", s(&o["chosen-because"]));
     row("pullspec", s(&o["pullspec"]));
     row("read from", s(&o["source"]));
     row("digest", s(&o["digest"]));
@@ -189,7 +216,14 @@ fn print_text(d: &Value) {
         );
     }
     row("version", s(&o["version"]));
-    row("kernel", s(&o["kernel"]));
+    row(
+        "kernel",
+        if o["kernel"].is_null() {
+            "- (read from the OS tree: pass --import)".into()
+        } else {
+            s(&o["kernel"])
+        },
+    );
     row("osname", s(&o["osname"]));
     row(
         "imported",
@@ -227,6 +261,18 @@ fn print_text(d: &Value) {
                     };
                     row(k, format!("{}{mark}", s(&v["value"])));
                 }
+            }
+            row(
+                "image.json era",
+                match c["image-json-era"].as_str() {
+                    Some("cosa") => {
+                        "cosa (RHCOS 4.16-4.19: cosa's image-default.yaml merged in)".into()
+                    }
+                    other => other.unwrap_or("-").to_string(),
+                },
+            );
+            for k in c["cosa-keys"].as_array().into_iter().flatten() {
+                row("  cosa key", s(k));
             }
             match c["platforms"].as_object() {
                 Some(p) => {

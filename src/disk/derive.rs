@@ -24,6 +24,9 @@ pub struct BootEdit<'a> {
     /// bootupd's static GRUB configs of the OS, when it ships them: they
     /// make `grub.cfg` instead of ours.
     pub static_grub: Option<&'a super::bootupd::StaticGrub>,
+    /// image.json `grub-script` (cosa-era OS): the grub.cfg, the console
+    /// commands inserted after its console marker, when no static configs.
+    pub grub_script: Option<&'a str>,
     /// The disk boots GRUB (every arch but s390x, which IPLs through
     /// zipl): then `console.cfg` and `grub.cfg` are written (osbuild's
     /// `coreos.platform` writes console.cfg only where /boot/grub2 exists).
@@ -90,7 +93,13 @@ pub fn edit_boot(boot: &Path, base: &[(PathBuf, BlsEntry)], p: &BootEdit) -> Res
                 std::fs::Permissions::from_mode(super::bootupd::GRUB_FILE_MODE),
             )?;
         }
-        None => replace(&cfg, grubcfg::boot_grub_cfg(&out).as_bytes())?,
+        None => match p.grub_script {
+            Some(script) => replace(
+                &cfg,
+                grubcfg::from_script(script, p.grub_commands).as_bytes(),
+            )?,
+            None => replace(&cfg, grubcfg::boot_grub_cfg(&out).as_bytes())?,
+        },
     }
     Ok(out)
 }

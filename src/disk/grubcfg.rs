@@ -243,6 +243,25 @@ if [ \"$bootimage_no_blscfg\" = 1 ]; then
     s
 }
 
+/// A cosa-era OS's `grub-script` (image.json) as the disk's grub.cfg: the
+/// platform's GRUB console commands inserted after the
+/// `# CONSOLE-SETTINGS-START` line, the rest as it is (cosa rhcos-4.16
+/// `create_disk.sh` `install_grub_cfg`, `printf "%s\n"` of the script).
+pub fn from_script(script: &str, grub_commands: &[String]) -> String {
+    let mut out = String::with_capacity(script.len() + 128);
+    for line in script.trim_end_matches('\n').split('\n') {
+        out.push_str(line);
+        out.push('\n');
+        if line == CONSOLE_START {
+            for c in grub_commands {
+                out.push_str(c);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// `/grub2/console.cfg`: the platform's GRUB console commands between the
 /// markers (SPEC 2); no commands gives just the two marker lines.
 pub fn console_cfg(grub_commands: &[String]) -> String {
@@ -352,6 +371,28 @@ aboot /ostree/deploy/testos/deploy/0123.0/usr/lib/ostree-boot/aboot.img
         assert_eq!(e.initrd, vec!["/a.img", "/b.img", "/c.img"]);
         assert_eq!(e.options, "a=1 b=2");
         assert!(BlsEntry::parse("title nothing to boot\n").is_err());
+    }
+
+    #[test]
+    fn grub_script_gets_the_console_commands() {
+        let script = "set timeout=1\n# CONSOLE-SETTINGS-START\n# CONSOLE-SETTINGS-END\nblscfg\n";
+        assert_eq!(from_script(script, &[]), script);
+        let c = from_script(
+            script,
+            &[
+                "serial --speed=115200".into(),
+                "terminal_input serial console".into(),
+            ],
+        );
+        assert_eq!(
+            c,
+            "set timeout=1\n# CONSOLE-SETTINGS-START\nserial --speed=115200\nterminal_input serial console\n# CONSOLE-SETTINGS-END\nblscfg\n"
+        );
+        // printf "%s\n": one final newline whatever the script ends with.
+        assert_eq!(
+            from_script("a\n# CONSOLE-SETTINGS-START", &[]),
+            "a\n# CONSOLE-SETTINGS-START\n"
+        );
     }
 
     #[test]

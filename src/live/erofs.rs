@@ -45,13 +45,19 @@ const EXTENDED_1_5: &[&str] = &[
     "ztailpacking",
 ];
 /// `-E` options added later, with the release that added them.
-const EXTENDED_LATER: &[(&str, (u32, u32))] = &[
-    ("fragments", (1, 6)),
-    ("dedupe", (1, 6)),
-    ("all-fragments", (1, 7)),
-    ("xattr-name-filter", (1, 7)),
-    ("48bit", (1, 9)),
+const EXTENDED_LATER: &[(&str, (u32, u32, u32))] = &[
+    ("fragments", (1, 6, 0)),
+    ("dedupe", (1, 6, 0)),
+    ("all-fragments", (1, 7, 0)),
+    ("xattr-name-filter", (1, 7, 0)),
+    // `-Efragdedupe=inode|full` (erofs-utils commit 06875b3, "mkfs: support
+    // `-Efragdedupe=inode`", first released in 1.8.5; RHCOS 10.1 asked for
+    // it from 2025-04 to 2025-11, rhel-coreos-config image-rhel-10.1.yaml).
+    ("fragdedupe", (1, 8, 5)),
+    ("48bit", (1, 9, 0)),
 ];
+/// Values an extended option takes (`fragdedupe=`, erofs-utils mkfs/main.c).
+const EXTENDED_VALUES: &[(&str, &[&str])] = &[("fragdedupe", &["off", "inode", "full"])];
 /// Options of erofs-utils 1.5 taking their value in the same word
 /// (`-C1048576`) or after `=`, kept as they are.
 const SHORT_1_5: &[&str] = &["-C", "-T", "-U", "-x", "-d"];
@@ -79,6 +85,9 @@ const LONG_LATER_TUNING: &[&str] = &["--workers", "--zfeature-bits", "--sort", "
 pub struct Host {
     /// erofs-utils release, e.g. (1, 5).
     pub version: (u32, u32),
+    /// Its patch release (1.8.5: 5); 0 when not printed.
+    #[serde(default)]
+    pub patch: u32,
     /// Compressors it was built with, from `--help`.
     pub compressors: Vec<String>,
 }
@@ -99,6 +108,19 @@ impl Host {
 
     fn at_least(&self, v: (u32, u32)) -> bool {
         self.version >= v
+    }
+
+    fn at_least3(&self, v: (u32, u32, u32)) -> bool {
+        (self.version.0, self.version.1, self.patch) >= v
+    }
+
+    /// `1.8.5` or `1.5`.
+    pub fn release(&self) -> String {
+        if self.patch > 0 {
+            format!("{}.{}.{}", self.version.0, self.version.1, self.patch)
+        } else {
+            format!("{}.{}", self.version.0, self.version.1)
+        }
     }
 
     /// Ask the `mkfs.erofs` on PATH: the compressors from `--help`, the
@@ -129,14 +151,17 @@ impl Host {
 
     /// From what `mkfs.erofs DIR` and `mkfs.erofs --help` printed.
     pub fn parse(run_output: &str, help: &str) -> Result<Host> {
-        let version = run_output
+        let (version, patch) = run_output
             .lines()
             .find_map(|l| l.trim().strip_prefix("mkfs.erofs "))
             .and_then(|v| {
                 let mut it = v
                     .split(|c: char| !c.is_ascii_digit())
                     .filter(|s| !s.is_empty());
-                Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+                let major = it.next()?.parse().ok()?;
+                let minor = it.next()?.parse().ok()?;
+                let patch = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+                Some(((major, minor), patch))
             })
             .with_context(|| {
                 format!("cannot tell the erofs-utils release of {MKFS} (it printed {run_output:?})")
@@ -153,6 +178,7 @@ impl Host {
         }
         Ok(Host {
             version,
+            patch,
             compressors,
         })
     }
@@ -310,17 +336,34 @@ pub fn map_options(requested: &str, host: &Host, mtime: i64, uuid: &str) -> Resu
             };
             let mut kept = Vec::new();
             for opt in list.split(',').filter(|s| !s.is_empty()) {
-                let name = opt.trim_start_matches('^');
+                let (name, value) = match opt.trim_start_matches('^').split_once('=') {
+                    Some((n, v)) => (n, Some(v)),
+                    None => (opt.trim_start_matches('^'), None),
+                };
+                if let (Some(v), Some((_, ok))) =
+                    (value, EXTENDED_VALUES.iter().find(|(n, _)| *n == name))
+                {
+                    if !ok.contains(&v) {
+                        bail!("{src} '{requested}' has -E{opt}, and {name} takes one of {} in mkfs.erofs; fix the OS's image.json", ok.join(", "));
+                    }
+                } else if value.is_some() {
+                    bail!("{src} '{requested}' has -E{opt}, and no mkfs.erofs option {name} takes a value; fix the OS's image.json");
+                }
                 if EXTENDED_1_5.contains(&name) {
                     kept.push(opt.to_string());
                 } else if let Some((_, since)) = EXTENDED_LATER.iter().find(|(n, _)| *n == name) {
-                    if host.at_least(*since) {
+                    if host.at_least3(*since) {
                         kept.push(opt.to_string());
                     } else {
+                        let added = if since.2 > 0 {
+                            format!("{}.{}.{}", since.0, since.1, since.2)
+                        } else {
+                            format!("{}.{}", since.0, since.1)
+                        };
                         replaced.push(Replacement {
                             requested: format!("-E{opt}"),
                             used: String::new(),
-                            reason: format!("added in erofs-utils {}.{}; this host's {MKFS} is {}.{} (and would ignore it without a word)", since.0, since.1, host.version.0, host.version.1),
+                            reason: format!("added in erofs-utils {added}; this host's {MKFS} is {} (and would refuse or ignore it)", host.release()),
                         });
                     }
                 } else {
@@ -476,6 +519,62 @@ mod tests {
     }
 
     #[test]
+    fn rhcos_10_1_fragdedupe_options() {
+        // rhel-coreos-config image-rhel-10.1.yaml, 2025-04 to 2025-11.
+        let asked = "-zlzma,level=6 -Eall-fragments,fragdedupe=inode -C1048576 --quiet";
+        let o = map_options(asked, &debian12(), 0, "u").unwrap();
+        assert_eq!(o.args, ["-zlz4hc,12", "--quiet", "-T0", "-Uu"]);
+        let left: Vec<&str> = o.replaced.iter().map(|r| r.requested.as_str()).collect();
+        assert_eq!(
+            left,
+            [
+                "-zlzma,level=6",
+                "-Eall-fragments",
+                "-Efragdedupe=inode",
+                "-C1048576"
+            ]
+        );
+        assert!(
+            o.replaced[2].reason.contains("1.8.5"),
+            "{:?}",
+            o.replaced[2]
+        );
+        // 1.8.4 lacks fragdedupe, 1.8.5 has it.
+        let h = |patch| Host {
+            version: (1, 8),
+            patch,
+            compressors: vec!["lz4hc".into(), "lzma".into()],
+        };
+        let o = map_options(asked, &h(4), 0, "u").unwrap();
+        assert_eq!(
+            o.args[..3],
+            ["-zlzma,level=6", "-Eall-fragments", "-C1048576"]
+        );
+        assert_eq!(o.replaced.len(), 1);
+        assert_eq!(o.replaced[0].requested, "-Efragdedupe=inode");
+        let o = map_options(asked, &h(5), 0, "u").unwrap();
+        assert!(o.replaced.is_empty(), "{:?}", o.replaced);
+        assert_eq!(o.args[1], "-Eall-fragments,fragdedupe=inode");
+        // A value fragdedupe does not take, a value on an option without one.
+        let e = map_options("-Efragdedupe=sometimes", &h(5), 0, "u")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("inode") && e.contains("fragdedupe=sometimes"),
+            "{e}"
+        );
+        let e = map_options("-Ededupe=yes", &h(5), 0, "u")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("takes a value"), "{e}");
+        let p = Host::parse("mkfs.erofs (erofs-utils) 1.8.5\n", "").unwrap();
+        assert_eq!(
+            (p.version, p.patch, p.release()),
+            ((1, 8), 5, "1.8.5".to_string())
+        );
+    }
+
+    #[test]
     fn supported_options_pass_and_levels_are_rewritten() {
         let h = debian12();
         let o = map_options("--quiet", &h, 0, "u").unwrap();
@@ -493,6 +592,7 @@ mod tests {
         // A newer host keeps everything.
         let newer = Host {
             version: (1, 8),
+            patch: 5,
             compressors: vec!["lz4".into(), "lzma".into()],
         };
         let o = map_options("-zlzma,level=6 -Efragments", &newer, 0, "u").unwrap();

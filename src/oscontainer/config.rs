@@ -58,7 +58,37 @@ pub struct ImageConfig {
     /// (cosa `cmd-osbuild`: `getconfig_def "bootc-install-to-fs" "false"`).
     #[serde(rename = "bootc-install-to-fs")]
     pub bootc_install_to_fs: Setting<bool>,
+    /// The GRUB config a cosa-built OS (RHCOS 4.16, 4.17) carries in its
+    /// image.json (cosa `cosalib/cmdlib.py` `generate_image_json`): written
+    /// as the disk's `/boot/grub2/grub.cfg`, the platform's console commands
+    /// after its `# CONSOLE-SETTINGS-START` line (cosa `create_disk.sh`).
+    #[serde(rename = "grub-script")]
+    pub grub_script: Option<String>,
+    /// Which shape the image.json has: `cosa` (4.16-4.19: cosa's
+    /// image-default.yaml merged in), or `current` (4.20+).
+    pub era: String,
+    /// cosa-merged keys read and what became of them (`key=value: note`).
+    #[serde(rename = "cosa-keys")]
+    pub cosa_keys: Vec<String>,
 }
+
+/// The line of a grub-script after which cosa puts the console commands
+/// (`disk::grubcfg::CONSOLE_START`, cosa `create_disk.sh`).
+pub const CONSOLE_MARKER: &str = "# CONSOLE-SETTINGS-START";
+
+/// Keys cosa's `image-default.yaml` (branches rhcos-4.16 to 4.19) merges
+/// into every image.json; their presence marks the cosa era.
+pub const COSA_KEYS: [&str; 9] = [
+    "bootfs",
+    "rootfs",
+    "rootfs-args",
+    "composefs",
+    "ostree-format",
+    "ostree-container-inject-openshift-cvo-labels",
+    "deploy-via-container",
+    "squashfs-compression",
+    "grub-script",
+];
 
 /// The live rootfs filesystems upstream builds (osbuild live-artifacts.mono).
 pub const LIVE_ROOTFS_FSTYPES: [&str; 2] = ["squashfs", "erofs"];
@@ -164,15 +194,30 @@ impl ImageConfig {
                 source: String::new(),
             },
             bootc_install_to_fs: b("bootc-install-to-fs")?,
+            grub_script: None,
+            era: "current".into(),
+            cosa_keys: Vec::new(),
         };
         let mut cfg = cfg;
+        cosa_era(obj, source, &mut cfg)?;
         // The default options depend on the fstype (osbuild: `-comp zstd`
-        // for squashfs, else `--quiet`).
+        // for squashfs, else `--quiet`); cosa-era images name the squashfs
+        // compressor in `squashfs-compression` (cosa `cmd-buildextend-live`
+        // ran `mksquashfs -comp <it>`).
+        let squashfs_comp = obj.get("squashfs-compression").and_then(|v| v.as_str());
         cfg.live_rootfs_fsoptions = match obj.get("live-rootfs-fsoptions") {
             Some(Value::String(v)) => Setting {
                 value: v.clone(),
                 source: source.to_string(),
             },
+            None | Some(Value::Null)
+                if cfg.live_rootfs_fstype.value == "squashfs" && squashfs_comp.is_some() =>
+            {
+                Setting {
+                    value: format!("-comp {}", squashfs_comp.unwrap_or_default()),
+                    source: format!("{source} squashfs-compression"),
+                }
+            }
             None | Some(Value::Null) => Setting {
                 value: if cfg.live_rootfs_fstype.value == "squashfs" {
                     "-comp zstd".to_string()
@@ -202,6 +247,58 @@ impl ImageConfig {
         }
         Ok(cfg)
     }
+}
+
+/// Read the cosa-merged keys of a 4.16-4.19 image.json: the filesystems
+/// must be the ones this tool builds (cosa's defaults, ext4 /boot and XFS
+/// root), `grub-script` is kept, the rest is recorded.
+fn cosa_era(obj: &Map<String, Value>, source: &str, cfg: &mut ImageConfig) -> Result<()> {
+    let mut seen = Vec::new();
+    for k in COSA_KEYS {
+        let Some(v) = obj.get(k).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let shown = match v {
+            Value::String(s) if k == "grub-script" => format!("{} bytes", s.len()),
+            Value::String(s) => format!("'{s}'"),
+            other => other.to_string(),
+        };
+        let note = match k {
+            "bootfs" | "rootfs" => {
+                let want = if k == "bootfs" { "ext4" } else { "xfs" };
+                let got = v
+                    .as_str()
+                    .with_context(|| format!("{source}: '{k}' must be a string, got {v}"))?;
+                if got != want {
+                    bail!("{source}: '{k}' is '{got}', and bootimage-gen builds the {want} {} cosa builds by default; rebuild the OS with {k}: {want} (or without the key)", if k == "bootfs" { "/boot" } else { "root filesystem" });
+                }
+                "built so"
+            }
+            "grub-script" => {
+                let text = v.as_str().with_context(|| {
+                    format!("{source}: 'grub-script' must be a string, got {v}")
+                })?;
+                if !text.lines().any(|l| l.trim() == CONSOLE_MARKER) {
+                    bail!("{source}: 'grub-script' has no '{}' line, where the platform's console commands go (cosa create_disk.sh); fix the OS's image.json", CONSOLE_MARKER);
+                }
+                cfg.grub_script = Some(text.to_string());
+                "becomes the disk's /boot/grub2/grub.cfg"
+            }
+            "squashfs-compression" => {
+                "the live squashfs compressor when live-rootfs-fsoptions is absent"
+            }
+            "rootfs-args" if v.as_str().is_some_and(|s| !s.trim().is_empty()) => {
+                "not applied: the root is made as cosa's osbuild manifests make it"
+            }
+            _ => "read; nothing to do for a bootimage",
+        };
+        seen.push(format!("{k}={shown}: {note}"));
+    }
+    if !seen.is_empty() {
+        cfg.era = "cosa".into();
+    }
+    cfg.cosa_keys = seen;
+    Ok(())
 }
 
 /// One platform's console settings (fedora-coreos-config `platforms.yaml`).
@@ -454,6 +551,53 @@ mod tests {
         assert_eq!(c.live_rootfs_fsoptions.value, "--quiet");
         assert!(ImageConfig::from_json(Some(&json!({"bootc-install-to-fs": "yes"})), "i").is_err());
     }
+    #[test]
+    fn cosa_era_image_json() {
+        // coreos-assembler rhcos-4.17 image-default.yaml merged under the
+        // OS's keys, plus grub-script (cosalib/cmdlib.py).
+        let script = "set timeout=1\n# CONSOLE-SETTINGS-START\n# CONSOLE-SETTINGS-END\nblscfg\n";
+        let c = ImageConfig::from_json(
+            Some(
+                &json!({"bootfs": "ext4", "rootfs": "xfs", "rootfs-args": "", "composefs": false,
+                "ostree-format": "oci-chunked-v1", "deploy-via-container": false,
+                "squashfs-compression": "zstd", "grub-script": script, "size": 16}),
+            ),
+            "image.json",
+        )
+        .unwrap();
+        assert_eq!(c.era, "cosa");
+        assert_eq!(c.grub_script.as_deref(), Some(script));
+        assert_eq!(c.live_rootfs_fsoptions.value, "-comp zstd");
+        assert_eq!(
+            c.live_rootfs_fsoptions.source,
+            "image.json squashfs-compression"
+        );
+        assert!(c
+            .cosa_keys
+            .iter()
+            .any(|k| k.starts_with("grub-script=") && k.contains("grub.cfg")));
+        let c =
+            ImageConfig::from_json(Some(&json!({"squashfs-compression": "gzip"})), "i").unwrap();
+        assert_eq!(c.live_rootfs_fsoptions.value, "-comp gzip");
+        let c = ImageConfig::from_json(Some(&json!({"size": 16})), "i").unwrap();
+        assert_eq!(c.era, "current");
+        assert!(c.grub_script.is_none());
+        // Filesystems this tool does not build, and a script without the
+        // console marker, are refused naming the key.
+        let e = ImageConfig::from_json(Some(&json!({"rootfs": "luks"})), "image.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'rootfs' is 'luks'") && e.contains("xfs"), "{e}");
+        let e = ImageConfig::from_json(Some(&json!({"bootfs": "xfs"})), "image.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'bootfs'"), "{e}");
+        let e = ImageConfig::from_json(Some(&json!({"grub-script": "blscfg\n"})), "image.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CONSOLE-SETTINGS-START"), "{e}");
+    }
+
     #[test]
     fn bad_values_are_named() {
         let e = ImageConfig::from_json(Some(&json!({"size": "big"})), "image.json")

@@ -196,6 +196,7 @@ impl Builder<'_> {
             bootupd: self.bootupd.as_ref().map(|_| BootupdJob {
                 timestamp: self.os.timestamp,
             }),
+            grub_script: self.os.config.image.grub_script.clone(),
         })
     }
 

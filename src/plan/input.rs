@@ -46,6 +46,16 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
         tmp.path(),
     )
     .await?;
+    ui::status(format!(
+        "OS image: release tag {}{}: {}",
+        resolved.os_tag,
+        resolved
+            .os_stream_class
+            .as_deref()
+            .map(|c| format!(" (stream {c})"))
+            .unwrap_or_default(),
+        resolved.os_choice
+    ));
     tracing::info!(
         "resolved release {} in {:.1?}",
         resolved.release_version,

@@ -121,6 +121,14 @@ pub struct PlanRelease {
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanOs {
     pub tag: String,
+    /// The OS stream (`rhel-9`, `rhel-10`; null for OKD's one stream).
+    pub stream: Option<String>,
+    /// Why this OS image (the MCO's default, `--os-stream`, the only one).
+    pub chosen_because: String,
+    /// Where each platform's `/boot/grub2/grub.cfg` comes from (known once
+    /// imported): the OS's image.json `grub-script` (cosa 4.16/4.17), its
+    /// bootupd static configs, or this tool's.
+    pub grub_cfg: Option<String>,
     pub pullspec: String,
     pub source: String,
     pub digest: String,
@@ -392,6 +400,9 @@ impl DryPlan {
             },
             os: PlanOs {
                 tag: r.os_tag.clone(),
+                stream: r.os_stream_class.clone(),
+                chosen_because: r.os_choice.clone(),
+                grub_cfg: i.os.map(grub_cfg_source),
                 pullspec: r.os_pullspec.clone(),
                 source: r.os_source.clone(),
                 digest: r.os_digest.clone(),
@@ -410,6 +421,17 @@ impl DryPlan {
             disk,
             artifacts,
         })
+    }
+}
+
+/// Where the disk's grub.cfg comes from, said by `--dry-run`.
+fn grub_cfg_source(o: &crate::oscontainer::OsInfo) -> String {
+    match &o.config.image.grub_script {
+        Some(s) => format!(
+            "image.json grub-script ({} bytes, cosa era) with each platform's console commands after its '# CONSOLE-SETTINGS-START' line, as cosa's create_disk.sh wrote it; bootupd's static configs take precedence when the OS ships them",
+            s.len()
+        ),
+        None => "bootimage-gen's (blscfg, else menu entries from the BLS entries), or the OS's bootupd static configs when it ships them".into(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! `pkg/payload/payload.go`, installer `hack/build-coreos-manifest.go`.
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
+pub mod osimages;
 pub mod resolve;
 use std::collections::BTreeMap;
 
@@ -15,8 +16,6 @@ pub const IMAGE_REFERENCES: &str = "release-manifests/image-references";
 pub const RELEASE_METADATA: &str = "release-manifests/release-metadata";
 /// The ConfigMap with the CoreOS stream (installer `data/data/coreos/`).
 pub const BOOTIMAGES_CONFIGMAP: &str = "release-manifests/0000_50_installer_coreos-bootimages.yaml";
-/// OS tags, in the order they are looked for (SPEC 1.1).
-pub const OS_TAGS: [&str; 3] = ["rhel-coreos", "rhel-coreos-10", "machine-os-content"];
 
 /// Arch names live below every stage (the image layer needs them too).
 pub use crate::util::arch::{coreos_arch, host_arch, oci_arch, parse_arch, ARCHES};
@@ -58,6 +57,9 @@ pub struct Component {
     pub pullspec: String,
     /// `machine-os=<v>` from `io.openshift.build.versions`, when present.
     pub machine_os: Option<String>,
+    /// `io.openshift.build.source-location`, when present.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_location: Option<String>,
 }
 
 /// An AMI pinned by the release's stream.
@@ -119,10 +121,12 @@ impl Payload {
                     v.split(',')
                         .find_map(|kv| kv.trim().strip_prefix("machine-os=").map(String::from))
                 });
+            let source_location = t.annotations.get(osimages::ANNOTATION_SOURCE).cloned();
             components.push(Component {
                 tag: t.name,
                 pullspec: from.name,
                 machine_os,
+                source_location,
             });
         }
         let metadata = match files.get(RELEASE_METADATA) {
@@ -145,50 +149,36 @@ impl Payload {
         })
     }
 
-    /// The OS component: the named stream tag if given, else the first of
-    /// [`OS_TAGS`] present.
-    pub fn os_component(&self, os_stream: Option<&str>) -> Result<&Component> {
-        let tags: Vec<&str> = self.components.iter().map(|c| c.tag.as_str()).collect();
-        if let Some(want) = os_stream {
-            return self
-                .components
-                .iter()
-                .find(|c| c.tag == want)
-                .ok_or_else(|| {
-                    let os: Vec<&str> = tags
-                        .iter()
-                        .copied()
-                        .filter(|t| OS_TAGS.contains(t))
-                        .collect();
-                    anyhow!(
-                        "release {} has no OS stream '{want}' (OS tags it carries: {})",
-                        self.version,
-                        if os.is_empty() {
-                            "none".into()
-                        } else {
-                            os.join(", ")
-                        }
-                    )
-                });
-        }
-        for t in OS_TAGS {
-            if let Some(c) = self.components.iter().find(|c| c.tag == t) {
-                return Ok(c);
-            }
-        }
-        bail!(
-            "release {} has no OS image: none of the tags {} is in image-references ({} tags)",
-            self.version,
-            OS_TAGS.join(", "),
-            tags.len()
-        )
+    /// The tags to look at for OS images, as the MCO picks them
+    /// (`imagestream_source.go` `filterImageTag`): tags matching its OS tag
+    /// pattern or annotated as built from openshift/os; then the legacy
+    /// `machine-os-content`, and the tag `want` names, if any.
+    pub fn os_candidates(&self, want: Option<&str>) -> Vec<&Component> {
+        self.components
+            .iter()
+            .filter(|c| {
+                osimages::is_os_tag(&c.tag)
+                    || c.source_location
+                        .as_deref()
+                        .is_some_and(|s| s.contains(osimages::OS_SOURCE_REPO))
+                    || c.tag == osimages::LEGACY_TAG
+                    || want == Some(c.tag.as_str())
+            })
+            .collect()
     }
 
-    /// The stream JSON matching the chosen OS tag (`rhel-coreos-10` → `rhel-10`).
-    pub fn stream_for(&self, os_tag: &str) -> Option<&serde_json::Value> {
-        if let Some(suffix) = os_tag.strip_prefix("rhel-coreos-") {
-            if let Some(s) = self.streams.get(&format!("rhel-{suffix}")) {
+    /// The stream JSON pinned for an OS of stream class `class`: its entry
+    /// in `data.streams` (keyed by stream name; OKD's one key is `""`),
+    /// else `data.stream` when the payload has no entry for any class
+    /// (older payloads, OKD, an unclassified OS). `None` when `data.streams`
+    /// lists other streams only: then `data.stream` is another stream's.
+    pub fn stream_for(&self, class: Option<&str>) -> Option<&serde_json::Value> {
+        if let Some(c) = class {
+            if let Some(s) = self.streams.get(c) {
                 return Some(s);
+            }
+            if self.streams.keys().any(|k| !k.is_empty()) {
+                return None;
             }
         }
         self.stream.as_ref()
@@ -218,15 +208,18 @@ fn parse_bootimages(
     let data = cm.get("data");
     let stream = match data.and_then(|d| d.get("stream")).and_then(|s| s.as_str()) {
         Some(s) => Some(
-            serde_json::from_str(s).context("coreos-bootimages data.stream is not valid JSON")?,
+            serde_json::from_str(s).map_err(|e| anyhow!("coreos-bootimages ConfigMap key data.stream is not valid JSON ({e}): it must be a CoreOS stream JSON (stream-metadata-go); fix {BOOTIMAGES_CONFIGMAP}"))?,
         ),
         None => None,
     };
     let mut streams = BTreeMap::new();
-    if let Some(s) = data.and_then(|d| d.get("streams")).and_then(|s| s.as_str()) {
-        let v: BTreeMap<String, serde_json::Value> = serde_json::from_str(s)
-            .context("coreos-bootimages data.streams is not a JSON object")?;
-        streams = v;
+    if let Some(s) = data.and_then(|d| d.get("streams")) {
+        let Some(s) = s.as_str() else {
+            bail!("coreos-bootimages ConfigMap key data.streams is not a string: the installer (hack/build-coreos-manifest.go) writes it as a JSON text, {{\"rhel-9\": <stream>, ...}}; fix or drop that key of {BOOTIMAGES_CONFIGMAP}");
+        };
+        streams = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(s).map_err(|e| {
+            anyhow!("coreos-bootimages ConfigMap key data.streams is not a JSON object keyed by stream name ({e}): the installer (hack/build-coreos-manifest.go) writes {{\"rhel-9\": <stream>, ...}}; fix or drop that key of {BOOTIMAGES_CONFIGMAP}")
+        })?;
     }
     Ok((stream, streams))
 }
@@ -270,21 +263,81 @@ mod tests {
       {"name":"rhel-coreos-10","from":{"kind":"DockerImage","name":"q.io/a/b@sha256:4"}}]}}"#;
 
     #[test]
-    fn picks_os_tag_in_order() {
+    fn os_candidates_as_the_mco_filters() {
         let p = Payload::from_files(&files(REFS)).unwrap();
         assert_eq!(p.version, "4.18.0");
-        let c = p.os_component(None).unwrap();
-        assert_eq!(c.tag, "rhel-coreos");
-        assert_eq!(c.machine_os.as_deref(), Some("418.94.1"));
+        let tags: Vec<&str> = p
+            .os_candidates(None)
+            .iter()
+            .map(|c| c.tag.as_str())
+            .collect();
         assert_eq!(
-            p.os_component(Some("rhel-coreos-10")).unwrap().pullspec,
-            "q.io/a/b@sha256:4"
+            tags,
+            ["machine-os-content", "rhel-coreos", "rhel-coreos-10"]
         );
-        let e = p.os_component(Some("nope")).unwrap_err().to_string();
-        assert!(
-            e.contains("rhel-coreos, machine-os-content, rhel-coreos-10") || e.contains("OS tags"),
-            "{e}"
+        let c = p.os_candidates(None)[1];
+        assert_eq!(c.machine_os.as_deref(), Some("418.94.1"));
+        // A tag named by --os-stream is looked at too.
+        assert_eq!(p.os_candidates(Some("cli")).len(), 4);
+        assert_eq!(p.os_candidates(Some("nope")).len(), 3);
+        // Annotated as built from openshift/os, whatever its name.
+        let refs = r#"{"kind":"ImageStream","metadata":{"name":"5.0.0"},"spec":{"tags":[
+          {"name":"node","from":{"kind":"DockerImage","name":"q.io/a@sha256:1"},"annotations":{"io.openshift.build.source-location":"https://github.com/openshift/os"}},
+          {"name":"stream-coreos","from":{"kind":"DockerImage","name":"q.io/a@sha256:2"}},
+          {"name":"stream-coreos-extensions","from":{"kind":"DockerImage","name":"q.io/a@sha256:3"}}]}}"#;
+        let p = Payload::from_files(&files(refs)).unwrap();
+        assert_eq!(p.os_candidates(None).len(), 3);
+    }
+
+    #[test]
+    fn stream_json_per_class() {
+        let mut f = files(REFS);
+        let cm = |stream: &str, streams: Option<&str>| {
+            let mut y = format!("kind: ConfigMap\ndata:\n  stream: '{stream}'\n");
+            if let Some(s) = streams {
+                y.push_str(&format!("  streams: '{s}'\n"));
+            }
+            y.into_bytes()
+        };
+        f.insert(
+            BOOTIMAGES_CONFIGMAP.into(),
+            cm(
+                r#"{"stream":"9"}"#,
+                Some(r#"{"rhel-9":{"stream":"9"},"rhel-10":{"stream":"10"}}"#),
+            ),
         );
+        let p = Payload::from_files(&f).unwrap();
+        assert_eq!(p.stream_for(Some("rhel-10")).unwrap()["stream"], "10");
+        assert_eq!(p.stream_for(Some("rhel-9")).unwrap()["stream"], "9");
+        assert!(p.stream_for(Some("rhel-11")).is_none());
+        assert_eq!(p.stream_for(None).unwrap()["stream"], "9");
+        // OKD: one stream keyed "".
+        f.insert(
+            BOOTIMAGES_CONFIGMAP.into(),
+            cm(r#"{"stream":"scos"}"#, Some(r#"{"":{"stream":"scos"}}"#)),
+        );
+        let p = Payload::from_files(&f).unwrap();
+        assert_eq!(p.stream_for(None).unwrap()["stream"], "scos");
+        assert_eq!(p.stream_for(Some("c10")).unwrap()["stream"], "scos");
+        // data.streams that is no JSON object: one line naming the key.
+        for bad in ["not json", "[1]"] {
+            f.insert(BOOTIMAGES_CONFIGMAP.into(), cm("{}", Some(bad)));
+            let e = format!("{:#}", Payload::from_files(&f).unwrap_err());
+            assert!(
+                e.contains("data.streams") && e.contains("coreos-bootimages"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        f.insert(
+            BOOTIMAGES_CONFIGMAP.into(),
+            b"kind: ConfigMap\ndata:\n  streams: {a: 1}\n".to_vec(),
+        );
+        let e = format!("{:#}", Payload::from_files(&f).unwrap_err());
+        assert!(e.contains("data.streams is not a string"), "{e}");
+        f.insert(BOOTIMAGES_CONFIGMAP.into(), cm("nope", None));
+        let e = format!("{:#}", Payload::from_files(&f).unwrap_err());
+        assert!(e.contains("data.stream is not valid JSON"), "{e}");
     }
 
     #[test]
@@ -305,11 +358,7 @@ mod tests {
             r#"{"kind":"ImageStream","metadata":{"name":"4.1"},"spec":{"tags":[]}}"#,
         ))
         .unwrap();
-        assert!(p
-            .os_component(None)
-            .unwrap_err()
-            .to_string()
-            .contains("has no OS image"));
+        assert!(p.os_candidates(None).is_empty());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! layer, pick the OS tag, and find the OS image by digest — through IDMS
 //! mirrors first, then next to the release itself (same repository or same
 //! local layout, as `oc adm release mirror` leaves it), then at its pullspec.
+use super::osimages::{self, Found};
 use super::{pinned_amis, Component, Payload, PinnedAmi, MANIFESTS_DIR};
 use crate::image::fetch::{Fetcher, Image};
 use crate::image::idms::Mirrors;
@@ -23,6 +24,13 @@ pub struct Resolved {
     pub release_version: String,
     pub arch: String,
     pub os_tag: String,
+    /// The OS stream (`rhel-9`, `rhel-10`; `None`: OKD's one stream or unknown).
+    pub os_stream_class: Option<String>,
+    /// Why this OS image was chosen (said by the run).
+    pub os_choice: String,
+    /// Every image found under an OS tag of the release, as the MCO finds
+    /// them, with its stream class and whether it boots.
+    pub os_images: Vec<Found>,
     /// The pullspec the release names.
     pub os_pullspec: String,
     /// Where the OS image was actually read from.
@@ -207,14 +215,52 @@ pub async fn resolve(
             );
         }
     }
-    let comp = payload.os_component(os_stream)?.clone();
-    let os = open_component(fetcher, r, &comp, mirrors, &arch).await?;
+    // Open every OS candidate (its labels say what it is), as the MCO does.
+    let mut found = Vec::new();
+    let mut images = Vec::new();
+    for c in payload.os_candidates(os_stream) {
+        match open_component(fetcher, r, c, mirrors, &arch).await {
+            Ok(img) => {
+                let labels = img.labels();
+                found.push(Found::classify(
+                    &c.tag,
+                    &c.pullspec,
+                    Ok((img.digest.as_str(), &labels)),
+                ));
+                images.push(Some(img));
+            }
+            Err(e) => {
+                found.push(Found::classify(&c.tag, &c.pullspec, Err(format!("{e:#}"))));
+                images.push(None);
+            }
+        }
+    }
+    let choice = osimages::choose(&found, &payload.version, os_stream);
+    let mut chosen = None;
+    for (i, img) in images.into_iter().enumerate() {
+        match img {
+            Some(img) if choice.as_ref().is_ok_and(|c| c.index == i) => chosen = Some(img),
+            Some(img) => {
+                fetcher.close(img).await.ok();
+            }
+            None => {}
+        }
+    }
+    let choice = choice?;
+    let os = chosen.context("the chosen OS image is open")?;
+    let comp = payload
+        .components
+        .iter()
+        .find(|c| c.tag == found[choice.index].tag)
+        .cloned()
+        .context("the chosen OS tag is in the payload")?;
+    let stream_class = found[choice.index].stream_class.clone();
     let labels = os.labels();
     let format = detect_format(
         &labels,
         &format!("OS image {} (release tag {})", comp.pullspec, comp.tag),
     )?;
-    let stream = payload.stream_for(&comp.tag).cloned();
+    let stream = payload.stream_for(stream_class.as_deref()).cloned();
     let amis = stream
         .as_ref()
         .map(|s| pinned_amis(s, &arch))
@@ -225,6 +271,9 @@ pub async fn resolve(
         release_version: payload.version.clone(),
         arch,
         os_tag: comp.tag.clone(),
+        os_stream_class: stream_class,
+        os_choice: choice.reason,
+        os_images: found,
         os_pullspec: comp.pullspec.clone(),
         os_source: os.reference.to_string(),
         os_digest: os.digest.clone(),
