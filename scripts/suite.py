@@ -30,7 +30,7 @@ import argparse
 import json
 import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -215,7 +215,12 @@ def load_times(path):
         return {}
 
 
+def on_term(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main():
+    signal.signal(signal.SIGTERM, on_term)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("SUITE_JOBS", os.cpu_count() or 2)))
     ap.add_argument("--features", default="boot")
@@ -310,9 +315,15 @@ def main():
                     + f"; {len(done)} done, {len(pending)} waiting; {free_mib(TOP)} MiB free")
             time.sleep(0.5)
     except KeyboardInterrupt:
+        say("interrupted: stopping " + (", ".join(r.name for r in running) or "nothing"))
         for r in running:
             r.kill()
-        raise
+        for r in running:
+            try:
+                r.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(r.proc.pid, 9)
+        sys.exit(130)
 
     total = time.monotonic() - t_all + (a.deps_secs or 0)
     for j in done:
