@@ -56,16 +56,21 @@ pub fn settings(
         password,
         insecure,
         ca_file: env("GOVC_TLS_CA_CERTS").map(Into::into),
-        datacenter: t.datacenter.clone(),
-        datastore: t.datastore.clone(),
-        resource_pool: t.resource_pool.clone(),
-        folder: t.folder.clone(),
-        network: t.network.clone(),
+        datacenter: nonempty(&t.datacenter),
+        datastore: nonempty(&t.datastore),
+        resource_pool: nonempty(&t.resource_pool),
+        folder: nonempty(&t.folder),
+        network: nonempty(&t.network),
         disk_provisioning: t.disk_provisioning.clone(),
         name: name.into(),
         replace: t.replace,
         release,
     })
+}
+
+/// An empty flag or variable (`GOVC_FOLDER=`) means unset, as in govc.
+fn nonempty(v: &Option<String>) -> Option<String> {
+    v.clone().filter(|v| !v.trim().is_empty())
 }
 
 fn import(a: VsphereImportArgs) -> Result<()> {

@@ -216,13 +216,11 @@ fn connect_error(e: anyhow::Error, s: &Settings) -> anyhow::Error {
     }
     if let Some(t) = e.downcast_ref::<TransportError>() {
         return match t {
+            TransportError::Tls(cause) if cause.contains("URL names") => anyhow!(
+                "vCenter {url}: TLS verification failed: {cause}; use a host name the certificate is for in GOVC_URL (or --insecure for a test system)"
+            ),
             TransportError::Tls(cause) => anyhow!(
-                "vCenter {url}: TLS verification failed: {cause}; set GOVC_TLS_CA_CERTS to the PEM of vCenter's CA{} (or --insecure for a test system)",
-                if cause.contains("URL names") {
-                    " and use the host name the certificate is for in GOVC_URL"
-                } else {
-                    ""
-                }
+                "vCenter {url}: TLS verification failed: {cause}; set GOVC_TLS_CA_CERTS to the PEM of the CA that signed vCenter's certificate (or --insecure for a test system)"
             ),
             TransportError::Connect(cause) => anyhow!(
                 "vCenter {url} unreachable: {cause}; check GOVC_URL (https://<vcenter>/sdk) and that this host can reach it"

@@ -240,7 +240,17 @@ fn tls_cause(e: &rustls::Error) -> String {
             if presented.is_empty() {
                 "no name".to_string()
             } else {
-                presented.join(", ")
+                // rustls says `DnsName("x")` / `IpAddress(..)`: the names.
+                presented
+                    .iter()
+                    .map(|p| {
+                        p.split_once("(\"")
+                            .and_then(|(_, r)| r.strip_suffix("\")"))
+                            .unwrap_or(p)
+                            .to_string()
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
             },
             expected.to_str()
         ),
@@ -351,6 +361,13 @@ impl Client {
     /// [`Fault`], a non-SOAP answer as an error naming what came back.
     pub fn call(&mut self, body: &str) -> Result<Response> {
         let envelope = format!("{ENVELOPE_OPEN}{body}{ENVELOPE_CLOSE}");
+        let method = body
+            .trim_start_matches('<')
+            .split([' ', '>'])
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let t0 = std::time::Instant::now();
         let mut req = self
             .agent
             .post(&self.endpoint.sdk)
@@ -392,6 +409,11 @@ impl Client {
                 }
             );
         }
+        tracing::debug!(
+            "vSphere {method}: HTTP {status}, {} bytes in {:.1?}",
+            text.len(),
+            t0.elapsed()
+        );
         let doc = roxmltree::Document::parse(&text).context("parsing a SOAP response")?;
         if let Some(f) = find(doc.root(), "Fault") {
             let message = child_text(f, "faultstring").unwrap_or_default();
@@ -765,10 +787,15 @@ impl Client {
         if let Some(c) = &self.cookie {
             req = req.header("Cookie", c);
         }
+        let t0 = std::time::Instant::now();
         let resp = req
             .send(ureq::SendBody::from_reader(body))
             .map_err(transport)?;
         let status = resp.status().as_u16();
+        tracing::debug!(
+            "vSphere upload POST {url}: HTTP {status}, {len} bytes in {:.1?}",
+            t0.elapsed()
+        );
         if !(200..300).contains(&status) {
             bail!("the disk upload was refused: HTTP {status}");
         }
