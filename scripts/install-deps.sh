@@ -55,6 +55,9 @@ TEST_PKGS=(
   # the container tier (tests/container.rs): the image is built from a
   # Debian rootfs and run with podman (runc: crun fails on hybrid cgroups)
   podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns
+  # tests/vsphere.rs: vSphere's simulator (scripts/vcsim.sh) is compiled
+  # from Debian's govmomi source with bookworm's Go; curl for its checks
+  golang-go curl
 )
 
 case "$mode" in

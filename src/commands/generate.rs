@@ -71,6 +71,22 @@ fn run_all_streams(a: GenerateArgs) -> Result<()> {
 }
 
 fn run_one(a: GenerateArgs) -> Result<()> {
+    // vSphere: settings checked before the build, the import after it.
+    let vsphere = match &a.vsphere_template {
+        Some(name) => {
+            if !a.platforms.iter().any(|p| p == "vmware" || p == "all") {
+                anyhow::bail!("--vsphere-template {name} needs the vmware platform: add `vmware` to the platforms");
+            }
+            Some(super::vsphere::settings(
+                &a.vsphere,
+                name,
+                a.vsphere_insecure,
+                Some(a.input.release.clone()),
+            )?)
+        }
+        None => None,
+    };
+    let vsphere_target = a.vsphere.clone();
     let flags = Flags {
         platforms: a.platforms,
         aws: (&a.aws).into(),
@@ -91,7 +107,27 @@ fn run_one(a: GenerateArgs) -> Result<()> {
     if !settings.dry_run {
         recover(&settings.input.cache_dir, &settings.output);
     }
-    crate::pipeline::run(&settings)
+    crate::pipeline::run(&settings)?;
+    if let Some(v) = vsphere {
+        if !settings.dry_run {
+            let ova = vmware_ova(&settings.output)?;
+            super::vsphere::import_ova(&v, &ova, &vsphere_target)?;
+        }
+    }
+    Ok(())
+}
+
+/// The vmware OVA the build wrote: meta.json `images.vmware.path`.
+fn vmware_ova(out: &std::path::Path) -> Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let meta = out.join(crate::publish::meta::META_JSON);
+    let v: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&meta).with_context(|| format!("reading {}", meta.display()))?,
+    )?;
+    let p = v["images"]["vmware"]["path"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("{} lists no vmware image", meta.display()))?;
+    Ok(out.join(p))
 }
 
 /// What killed runs left (their work dirs, VM, mounts, loop devices, and

@@ -4,6 +4,7 @@ pub mod gc;
 pub mod generate;
 pub mod inspect;
 pub mod platforms;
+pub mod vsphere;
 
 use crate::cli::{Cli, Command, InputArgs};
 use crate::image::fetch::FetchOptions;
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Platforms(a) => platforms::run(a),
         Command::Gc(a) => gc::run(a),
+        Command::Vsphere(c) => vsphere::run(c),
         Command::VmJob(a) => crate::backend::vm::job_main(&a.job, &a.result),
         Command::Completions(a) => completions::completions(a),
         Command::Man(a) => completions::man(a),

@@ -4,3 +4,4 @@ pub mod aws;
 pub mod meta;
 pub mod staged;
 pub mod stream;
+pub mod vsphere;
