@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench image install fuzz chaos
+.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench bench-vsphere image install fuzz chaos
 
 all: build
 
@@ -32,6 +32,11 @@ BENCH_PLATFORMS ?= all
 bench: build
 	fx=$$(bash fixtures/build.sh --large) && \
 	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --platforms "$(BENCH_PLATFORMS)"
+
+# vSphere upload throughput against curl -T of the same VMDK to the same
+# simulator (tests/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).
+bench-vsphere: deps
+	$(CARGO) test --release --features privileged --test vsphere -- --ignored bench_upload_vs_curl --nocapture
 
 # The tool's container image (containerfiles/): the binary just built and
 # every tool it runs, on a Debian 12 base made by mmdebstrap (no container

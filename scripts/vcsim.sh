@@ -9,41 +9,38 @@
 # The .debs are fetched with `apt-get download` into a private apt state
 # (the host's sources are not touched), unpacked with dpkg -x into a GOPATH
 # and compiled with GO111MODULE=off together with scripts/vcsim/main.go.
-# Cache: $BOOTIMAGE_VCSIM_CACHE (default /var/cache/bootimage-gen) /
+# Cache: $BOOTIMAGE_VCSIM_CACHE (default: scripts/cache-root.sh's root) /
 # vcsim-<hash of main.go, this script, the package versions, go version>,
 # with VERSIONS recording what went in. A changed input rebuilds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cache_root=${BOOTIMAGE_VCSIM_CACHE:-/var/cache/bootimage-gen}
+# shellcheck source=scripts/cache-root.sh
+. "$here/cache-root.sh"
+cache_root=${BOOTIMAGE_VCSIM_CACHE:-$(bootimage_cache_root)}
 suite=${BOOTIMAGE_VCSIM_SUITE:-trixie}
 mirror=${BOOTIMAGE_VCSIM_MIRROR:-http://deb.debian.org/debian}
 pkgs=(golang-github-vmware-govmomi-dev golang-github-google-uuid-dev)
 
 command -v go >/dev/null || { echo "vcsim.sh: go not found: apt-get install golang-go (scripts/install-deps.sh)" >&2; exit 1; }
 
-apt_state=$cache_root/vcsim-apt/$suite
-mkdir -p "$apt_state/lists/partial" "$apt_state/archives/partial"
-[ -f "$apt_state/status" ] || : > "$apt_state/status"
+# The private apt state of fixtures/os/foreign-apt.sh, over $suite.
+# shellcheck source=fixtures/os/foreign-apt.sh
+. "$here/../fixtures/os/foreign-apt.sh"
+apt_state=$(BOOTIMAGE_FOREIGN_APT=$cache_root/vcsim-apt/$suite apt_dir amd64)
 echo "deb [arch=amd64] $mirror $suite main" > "$apt_state/sources.list"
-APT_OPTS=(
-  -o "APT::Architecture=amd64" -o "APT::Architectures=amd64"
-  -o "Dir::State=$apt_state" -o "Dir::State::Lists=$apt_state/lists" -o "Dir::State::status=$apt_state/status"
-  -o "Dir::Cache=$apt_state" -o "Dir::Cache::archives=$apt_state/archives"
-  -o "Dir::Cache::pkgcache=$apt_state/pkgcache.bin" -o "Dir::Cache::srcpkgcache=$apt_state/srcpkgcache.bin"
-  -o "Dir::Etc::SourceList=$apt_state/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
-  -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1"
-)
+apt_opts "$apt_state"
 
 # The package versions: from the last refresh's lists (refreshed once a week,
-# or when no lists are there yet), so a warm cache needs no network.
+# or when no lists are there yet), so a warm cache needs no network; a
+# refresh that fails (offline) keeps the lists there are.
 versions_of() {
   apt-cache "${APT_OPTS[@]}" show --no-all-versions "${pkgs[@]}" 2>/dev/null |
     awk '/^Package:/{p=$2} /^Version:/{print p"="$2}'
 }
-now=$(date +%s)
-if [ ! -f "$apt_state/updated" ] || [ $((now - $(stat -c %Y "$apt_state/updated"))) -gt 604800 ] ||
-   [ "$(versions_of | wc -l)" -ne ${#pkgs[@]} ]; then
-  apt-get "${APT_OPTS[@]}" update -q >&2 && touch "$apt_state/updated"
+if [ "$(versions_of | wc -l)" -ne ${#pkgs[@]} ]; then
+  apt_refresh || true
+else
+  apt_refresh_older 604800 || true
 fi
 versions=$(versions_of)
 [ "$(echo "$versions" | wc -l)" -eq ${#pkgs[@]} ] || { echo "vcsim.sh: ${pkgs[*]} not found in $suite" >&2; exit 1; }
@@ -70,4 +67,8 @@ mv "$tmp/vcsim" "$tmp/out/vcsim"
 { echo "$versions"; go version; echo "suite=$suite mirror=$mirror"; } > "$tmp/out/VERSIONS"
 rm -rf "$out"
 mv "$tmp/out" "$out"
+# Builds of other inputs go (each a ~20 MB binary).
+for old in "$cache_root"/vcsim-*/vcsim; do
+  [ "${old%/vcsim}" = "$out" ] || rm -rf "${old%/vcsim}"
+done
 echo "$out/vcsim"

@@ -174,7 +174,7 @@ fn make_ova_sized(
         // Pseudo-random data (seeded by the version), then a hole.
         let mut x: u64 = version
             .bytes()
-            .fold(0x9e3779b97f4a7c15, |a, b| a.rotate_left(7) ^ b as u64)
+            .fold(0x9e3779b97f4a7c15u64, |a, b| a.rotate_left(7) ^ b as u64)
             | 1;
         let mut block = vec![0u8; (mib << 20) as usize];
         for b in block.iter_mut() {

@@ -29,6 +29,7 @@ use super::vmdk::{write_vmdk_cached, VmdkOptions, VmdkStats};
 use super::OvfTemplate;
 use crate::io::compress::ChunkCache;
 use crate::io::view::DiskView;
+use crate::util::xml::esc;
 use anyhow::{ensure, Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -363,22 +364,6 @@ impl Archive<'_> {
     }
 }
 
-/// `s` with the five XML special characters escaped (valid in element
-/// text and in double- or single-quoted attributes).
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 /// The OVF 1.x descriptor for `p` and a disk described by `disk`.
 pub fn render_ovf(p: &OvaParams, disk: &OvfDisk) -> String {

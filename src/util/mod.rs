@@ -8,6 +8,7 @@ pub mod owner;
 pub mod progress;
 pub mod space;
 pub mod ui;
+pub mod xml;
 
 /// Worker threads for `n` (0: one per CPU).
 pub fn threads(n: usize) -> usize {

@@ -41,21 +41,7 @@ impl std::fmt::Display for MoRef {
     }
 }
 
-/// XML-escape text or an attribute value.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
+pub use crate::util::xml::esc;
 
 /// A SOAP fault: the fault's type (`InvalidLogin`, `DuplicateName`, ...)
 /// and its message.
