@@ -364,7 +364,6 @@ impl Archive<'_> {
     }
 }
 
-
 /// The OVF 1.x descriptor for `p` and a disk described by `disk`.
 pub fn render_ovf(p: &OvaParams, disk: &OvfDisk) -> String {
     match p.template {
