@@ -45,6 +45,8 @@ struct Sim {
     url: String,
     ca: PathBuf,
     dir: tempfile::TempDir,
+    /// The host name its certificate is for (`-cert-host`), if not 127.0.0.1.
+    cert_host: Option<String>,
 }
 
 impl Sim {
@@ -80,23 +82,34 @@ impl Sim {
             .unwrap();
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f.first(), Some(&"READY"), "vcsim said {line:?}");
+        let cert_host = extra
+            .windows(2)
+            .find(|w| w[0] == "-cert-host")
+            .map(|w| w[1].to_string());
         Sim {
             url: f[1].to_string(),
             ca: PathBuf::from(f[2]),
             child,
             dir,
+            cert_host,
         }
     }
 
     /// The simulator's VMs (scripts/vcsim/main.go /vcsim-inventory).
     fn vms(&self) -> Vec<Value> {
         let base = self.url.trim_end_matches("/sdk");
-        let out = Command::new("curl")
-            .args(["-sS", "--fail", "--cacert"])
-            .arg(&self.ca)
-            .arg(format!("{base}/vcsim-inventory"))
-            .output()
-            .unwrap();
+        let mut curl = Command::new("curl");
+        curl.args(["-sS", "--fail", "--cacert"]).arg(&self.ca);
+        let url = match &self.cert_host {
+            // Verified against the name its certificate carries.
+            Some(h) => {
+                let port = base.rsplit(':').next().unwrap();
+                curl.arg("--resolve").arg(format!("{h}:{port}:127.0.0.1"));
+                format!("https://{h}:{port}/vcsim-inventory")
+            }
+            None => format!("{base}/vcsim-inventory"),
+        };
+        let out = curl.arg(url).output().unwrap();
         assert!(
             out.status.success(),
             "{}",
