@@ -245,7 +245,7 @@ def main():
 
     t = time.monotonic()
     fixture_tool = os.path.join(TOP, "target", "release", "bootimage-fixture")
-    if os.path.exists(fixture_tool) and (a.features or "") != "":
+    if a.features and os.path.exists(fixture_tool):
         r = subprocess.run(["bash", os.path.join(TOP, "fixtures", "build.sh")],
                            cwd=TOP, env=dict(os.environ, FIXTURE_TOOL=fixture_tool),
                            stdout=subprocess.DEVNULL)
@@ -262,7 +262,7 @@ def main():
         if a.targets and name not in a.targets:
             continue
         jobs.append(Job(name, [exe, f"--test-threads={a.test_threads}"], env={
-            "CARGO_MANIFEST_DIR": TOP, "SUITE_BOOT_RECORD": boots}))
+            "CARGO_MANIFEST_DIR": TOP, "SUITE_BOOT_RECORD": boots, "SUITE_TARGET": name}))
     if not a.no_lint and not a.targets:
         cargo = os.environ.get("CARGO", "cargo")
         jobs.append(Job("rustfmt", [cargo, "fmt", "--check"]))

@@ -262,10 +262,10 @@ fn derive(args: &[String]) -> Result<()> {
         .context("diff_ids")?
         .push(json!(sha256(&tar)));
     config["created"] = json!(CREATED);
-    match config["history"].as_array_mut() {
-        Some(h) => h.push(json!({"created": CREATED, "created_by": created_by})),
-        None => config["history"] = json!([{"created": CREATED, "created_by": created_by}]),
-    }
+    push_history(
+        &mut config,
+        json!({"created": CREATED, "created_by": created_by}),
+    );
     let mut layers = manifest["layers"].as_array().cloned().context("layers")?;
     layers.push(put_layer(&layout, &tar, zstd, false)?);
     // Keep the base manifest's annotations (ostree-ext writes some), drop none.
@@ -316,11 +316,16 @@ fn relabel(args: &[String]) -> Result<()> {
     }
     let what: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let entry = json!({"created": CREATED, "created_by": format!("/bin/sh -c #(nop) LABEL {}", what.join(" ")), "empty_layer": true});
+    push_history(&mut config, entry);
+    store_image(&layout, &tag, manifest, &config)
+}
+
+/// Append `entry` to the image config's `history` (made if absent).
+fn push_history(config: &mut Value, entry: Value) {
     match config["history"].as_array_mut() {
         Some(h) => h.push(entry),
         None => config["history"] = json!([entry]),
     }
-    store_image(&layout, &tag, manifest, &config)
 }
 
 /// The OCI manifest and config that TAG names.

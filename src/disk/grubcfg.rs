@@ -243,6 +243,12 @@ if [ \"$bootimage_no_blscfg\" = 1 ]; then
     s
 }
 
+/// Whether `line` is the console marker a grub-script's console commands
+/// follow (the one rule for checking a script and for writing it).
+pub fn is_console_start(line: &str) -> bool {
+    line.trim() == CONSOLE_START
+}
+
 /// A cosa-era OS's `grub-script` (image.json) as the disk's grub.cfg: the
 /// platform's GRUB console commands inserted after the
 /// `# CONSOLE-SETTINGS-START` line, the rest as it is (cosa rhcos-4.16
@@ -252,7 +258,7 @@ pub fn from_script(script: &str, grub_commands: &[String]) -> String {
     for line in script.trim_end_matches('\n').split('\n') {
         out.push_str(line);
         out.push('\n');
-        if line == CONSOLE_START {
+        if is_console_start(line) {
             for c in grub_commands {
                 out.push_str(c);
                 out.push('\n');

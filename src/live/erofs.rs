@@ -56,6 +56,15 @@ const EXTENDED_LATER: &[(&str, (u32, u32, u32))] = &[
     ("fragdedupe", (1, 8, 5)),
     ("48bit", (1, 9, 0)),
 ];
+/// An erofs-utils release as its changelog names it: `1.8.5`, or `1.5`
+/// for a `.0`.
+fn release_str((major, minor, patch): (u32, u32, u32)) -> String {
+    if patch > 0 {
+        format!("{major}.{minor}.{patch}")
+    } else {
+        format!("{major}.{minor}")
+    }
+}
 /// Values an extended option takes (`fragdedupe=`, erofs-utils mkfs/main.c).
 const EXTENDED_VALUES: &[(&str, &[&str])] = &[("fragdedupe", &["off", "inode", "full"])];
 /// Options of erofs-utils 1.5 taking their value in the same word
@@ -116,11 +125,7 @@ impl Host {
 
     /// `1.8.5` or `1.5`.
     pub fn release(&self) -> String {
-        if self.patch > 0 {
-            format!("{}.{}.{}", self.version.0, self.version.1, self.patch)
-        } else {
-            format!("{}.{}", self.version.0, self.version.1)
-        }
+        release_str((self.version.0, self.version.1, self.patch))
     }
 
     /// Ask the `mkfs.erofs` on PATH: the compressors from `--help`, the
@@ -355,11 +360,7 @@ pub fn map_options(requested: &str, host: &Host, mtime: i64, uuid: &str) -> Resu
                     if host.at_least3(*since) {
                         kept.push(opt.to_string());
                     } else {
-                        let added = if since.2 > 0 {
-                            format!("{}.{}.{}", since.0, since.1, since.2)
-                        } else {
-                            format!("{}.{}", since.0, since.1)
-                        };
+                        let added = release_str(*since);
                         replaced.push(Replacement {
                             requested: format!("-E{opt}"),
                             used: String::new(),

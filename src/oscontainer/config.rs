@@ -2,6 +2,7 @@
 //! `platforms.json` (coreos-assembler / fedora-coreos-config), or the legacy
 //! `/bootimage.json`. Missing keys take the RHCOS defaults (SPEC 1.2), and
 //! each value remembers whether it came from the OS or is a default.
+use crate::disk::grubcfg;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -71,10 +72,6 @@ pub struct ImageConfig {
     #[serde(rename = "cosa-keys")]
     pub cosa_keys: Vec<String>,
 }
-
-/// The line of a grub-script after which cosa puts the console commands
-/// (`disk::grubcfg::CONSOLE_START`, cosa `create_disk.sh`).
-pub const CONSOLE_MARKER: &str = "# CONSOLE-SETTINGS-START";
 
 /// Keys cosa's `image-default.yaml` (branches rhcos-4.16 to 4.19) merges
 /// into every image.json; their presence marks the cosa era.
@@ -278,8 +275,8 @@ fn cosa_era(obj: &Map<String, Value>, source: &str, cfg: &mut ImageConfig) -> Re
                 let text = v.as_str().with_context(|| {
                     format!("{source}: 'grub-script' must be a string, got {v}")
                 })?;
-                if !text.lines().any(|l| l.trim() == CONSOLE_MARKER) {
-                    bail!("{source}: 'grub-script' has no '{}' line, where the platform's console commands go (cosa create_disk.sh); fix the OS's image.json", CONSOLE_MARKER);
+                if !text.lines().any(grubcfg::is_console_start) {
+                    bail!("{source}: 'grub-script' has no '{}' line, where the platform's console commands go (cosa create_disk.sh); fix the OS's image.json", grubcfg::CONSOLE_START);
                 }
                 cfg.grub_script = Some(text.to_string());
                 "becomes the disk's /boot/grub2/grub.cfg"

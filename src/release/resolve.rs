@@ -216,9 +216,10 @@ pub async fn resolve(
         }
     }
     // Open every OS candidate (its labels say what it is), as the MCO does.
+    let candidates = payload.os_candidates(os_stream);
     let mut found = Vec::new();
     let mut images = Vec::new();
-    for c in payload.os_candidates(os_stream) {
+    for &c in &candidates {
         match open_component(fetcher, r, c, mirrors, &arch).await {
             Ok(img) => {
                 let labels = img.labels();
@@ -248,12 +249,7 @@ pub async fn resolve(
     }
     let choice = choice?;
     let os = chosen.context("the chosen OS image is open")?;
-    let comp = payload
-        .components
-        .iter()
-        .find(|c| c.tag == found[choice.index].tag)
-        .cloned()
-        .context("the chosen OS tag is in the payload")?;
+    let comp = candidates[choice.index].clone();
     let stream_class = found[choice.index].stream_class.clone();
     let labels = os.labels();
     let format = detect_format(

@@ -650,13 +650,9 @@ impl Vm {
             },
             _ => (false, String::new(), String::new()),
         };
-        let exe = std::env::args().next().unwrap_or_default();
-        let target = base_name(Path::new(&exe));
-        // Test executables are named <target>-<16 hex digits>.
-        let target = match target.rsplit_once('-') {
-            Some((t, h)) if h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()) => t,
-            _ => &target,
-        };
+        // scripts/suite.py names the target; run by hand, the executable.
+        let target = std::env::var("SUITE_TARGET")
+            .unwrap_or_else(|_| base_name(Path::new(&std::env::args().next().unwrap_or_default())));
         let line = serde_json::json!({
             "target": target,
             "test": std::thread::current().name().unwrap_or(""),
