@@ -7,18 +7,29 @@ cores, and end with a table of each target's wall time and the whole run's.
 
 Why not plain `cargo test`: it runs one target after another, and most of a
 TCG boot or a qemu-img check is one core, so the second core idles for most
-of the suite. Here each target is a job; up to N (default: the number of
-cores) run at once, the longest first (times learned from earlier runs and
-kept in the cache, or the defaults below), under three rules:
+of the suite. Here each target is a job, started longest first (times
+learned from earlier runs and kept in the cache, or the defaults below),
+under three rules:
 
+- cores: each job's CPU use (CPU seconds over wall seconds, itself and the
+  processes it waited for) is learned too; a job starts only while the
+  running jobs' CPU use plus its own stays within the cores (N, default
+  the machine's, plus a quarter core of slack). Two compile- or
+  compression-bound targets thus run one after the other, and a boot-bound
+  target (one core of TCG) fills the idle core beside them. The first run,
+  with nothing learned, takes the defaults below.
 - disk: a job starts only if the free space, less what the running jobs
   may still write (their scratch estimate), leaves room for its own scratch
   plus a margin; a job that does not fit waits (or runs alone). The suite
   thus needs the room of its two largest targets at most, never the sum.
-- conflicts: two jobs that must not overlap (clippy rewrites target/ while
-  the container tier reads it through an overlay) never run together.
-- the lint jobs (rustfmt, clippy) are jobs too: clippy's compile fills a
-  core while a boot test holds the other.
+- a job that fits no rule runs alone once nothing else runs.
+
+Lint: `cargo fmt --check` is a job; clippy is not a job of its own but
+lints while the tests compile (clippy-driver as the workspace's rustc
+wrapper, `-D warnings`, the way `cargo clippy` runs it): one compile of the
+crate instead of a second full `cargo check` of every dependency. Every
+target `cargo clippy --all-targets` checks is compiled there (lib, bins,
+tests, examples).
 
 Each job's output goes to target/suite/NAME.log and is printed whole when
 the job ends, so a CI log reads target by target. Every SUITE_HEARTBEAT
@@ -49,13 +60,11 @@ DISK_MIB = {
     "live_offline": 600,
     "generate": 500,
     "chaos": 1500,
-    "clippy": 1500,
 }
 DEFAULT_SECS = {
     "generate_platforms": 600,
     "container": 500,
     "multiarch": 320,
-    "clippy": 300,
     "chaos": 150,
     "boot_harness": 120,
     "backend_vm": 100,
@@ -66,9 +75,14 @@ DEFAULT_SECS = {
     "rhel10": 60,
     "lib": 50,
 }
-# Pairs that must not run at the same time, with the reason.
-CONFLICTS = {
-    frozenset(["clippy", "container"]): "container overlays target/, clippy writes it",
+# Cores a job keeps busy on average, before one is learned (measured on
+# the stop 34 run; a TCG boot is one core, compression all of them).
+DEFAULT_CPU = {
+    "generate_platforms": 1.6,
+    "multiarch": 1.5,
+    "container": 1.2,
+    "chaos": 1.2,
+    "lib": 1.5,
 }
 
 
@@ -96,6 +110,7 @@ class Job:
         self.proc = None
         self.start = None
         self.secs = None
+        self.cpu_secs = None
         self.rc = None
         self.log = os.path.join(TOP, "target", "suite", f"{name}.log")
         self.counts = ""
@@ -112,11 +127,19 @@ class Job:
             start_new_session=True)
 
     def poll(self):
-        rc = self.proc.poll()
-        if rc is None:
+        # wait4, not Popen.poll: the job's CPU time (and its waited-for
+        # descendants') comes with its exit status.
+        try:
+            pid, status, ru = os.wait4(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status, ru = self.proc.pid, 0, None
+        if pid == 0:
             return False
+        rc = os.waitstatus_to_exitcode(status) if ru is not None else self.proc.poll()
+        self.proc.returncode = rc
         self.rc = rc
         self.secs = time.monotonic() - self.start
+        self.cpu_secs = (ru.ru_utime + ru.ru_stime) if ru is not None else None
         self.logf.close()
         text = open(self.log, "rb").read().decode("utf-8", "replace")
         passed = failed = ignored = 0
@@ -127,7 +150,8 @@ class Job:
         if re.search(r"test result:", text):
             self.counts = f"{passed} passed, {failed} failed, {ignored} ignored"
         bar = "=" * 20
-        print(f"{bar} {self.name}: exit {rc} in {self.secs:.0f} s {bar}", flush=True)
+        cpu = f", {self.cpu_secs / max(self.secs, 1):.2f} cores" if self.cpu_secs is not None else ""
+        print(f"{bar} {self.name}: exit {rc} in {self.secs:.0f} s{cpu} {bar}", flush=True)
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         print(f"{bar} end of {self.name} {bar}", flush=True)
         return True
@@ -179,13 +203,35 @@ def boot_coverage(path):
         say(f"{len(multi)} combinations are booted by more than one target (see the table)")
 
 
-def compile_tests(features):
-    """`cargo test --no-run`: every test executable, by target name."""
+def clippy_driver():
+    """The toolchain's clippy-driver, or None."""
+    try:
+        sysroot = subprocess.run([os.environ.get("RUSTC", "rustc"), "--print", "sysroot"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    d = os.path.join(sysroot, "bin", "clippy-driver")
+    return d if os.access(d, os.X_OK) else None
+
+
+def compile_tests(features, lint):
+    """`cargo test --no-run`: every test executable, by target name. With
+    `lint`, clippy-driver compiles the workspace's own crates (deny
+    warnings), as `cargo clippy` would check them."""
     argv = [os.environ.get("CARGO", "cargo"), "test", "--release", "--no-run",
             "--message-format=json-render-diagnostics"]
     if features:
         argv += ["--features", features]
-    p = subprocess.Popen(argv, cwd=TOP, stdout=subprocess.PIPE)
+    env = dict(os.environ)
+    if lint:
+        driver = clippy_driver()
+        if not driver:
+            say("clippy-driver not found in the toolchain (rustup component add clippy)")
+            sys.exit(1)
+        env["RUSTC_WORKSPACE_WRAPPER"] = driver
+        # cargo-clippy's way of passing `-- -D warnings` to the driver.
+        env["CLIPPY_ARGS"] = "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+    p = subprocess.Popen(argv, cwd=TOP, stdout=subprocess.PIPE, env=env)
     exes = {}
     for line in p.stdout:
         try:
@@ -203,7 +249,7 @@ def compile_tests(features):
         name = "lib" if kind == "lib" else (t["name"] if kind == "test" else f"{kind}-{t['name']}")
         exes[name] = m["executable"]
     if p.wait() != 0:
-        say("cargo test --no-run failed")
+        say("cargo test --no-run failed" + (" (a compile error or a clippy warning above)" if lint else ""))
         sys.exit(1)
     return exes
 
@@ -224,7 +270,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("SUITE_JOBS", os.cpu_count() or 2)))
     ap.add_argument("--features", default="boot")
-    ap.add_argument("--no-lint", action="store_true", help="skip the rustfmt and clippy jobs")
+    ap.add_argument("--no-lint", action="store_true", help="no rustfmt job, no clippy in the compile")
     ap.add_argument("--test-threads", default="2")
     ap.add_argument("--deps-secs", type=float, help="time the caller spent installing dependencies")
     ap.add_argument("targets", nargs="*", help="only these targets (lib, generate, ...)")
@@ -240,8 +286,9 @@ def main():
 
     say(f"{free_mib(TOP)} MiB free at {TOP}, {free_mib('/var/tmp')} MiB at /var/tmp; {a.jobs} jobs")
     t = time.monotonic()
-    exes = compile_tests(a.features)
-    phases.append(("compile tests", time.monotonic() - t))
+    lint = not a.no_lint and not a.targets
+    exes = compile_tests(a.features, lint)
+    phases.append(("compile tests" + (" + clippy" if lint else ""), time.monotonic() - t))
 
     t = time.monotonic()
     fixture_tool = os.path.join(TOP, "target", "release", "bootimage-fixture")
@@ -263,24 +310,21 @@ def main():
             continue
         jobs.append(Job(name, [exe, f"--test-threads={a.test_threads}"], env={
             "CARGO_MANIFEST_DIR": TOP, "SUITE_BOOT_RECORD": boots, "SUITE_TARGET": name}))
-    if not a.no_lint and not a.targets:
-        cargo = os.environ.get("CARGO", "cargo")
-        jobs.append(Job("rustfmt", [cargo, "fmt", "--check"]))
-        clippy = [cargo, "clippy", "--release", "--all-targets"]
-        if a.features:
-            clippy += ["--features", a.features]
-        jobs.append(Job("clippy", clippy + ["--", "-D", "warnings"]))
+    if lint:
+        jobs.append(Job("rustfmt", [os.environ.get("CARGO", "cargo"), "fmt", "--check"]))
     for j in jobs:
-        j.expect = learned.get(j.name, DEFAULT_SECS.get(j.name, 60))
+        got = learned.get(j.name)
+        if isinstance(got, (int, float)):  # the older file: seconds only
+            got = {"secs": got}
+        got = got or {}
+        j.expect = got.get("secs", DEFAULT_SECS.get(j.name, 60))
+        j.cpu = got.get("cpu", DEFAULT_CPU.get(j.name, 1.0))
     pending = sorted(jobs, key=lambda j: -j.expect)
     running, done = [], []
+    cores = a.jobs + 0.25
 
-    def conflict(j):
-        for r in running:
-            why = CONFLICTS.get(frozenset([j.name, r.name]))
-            if why:
-                return why
-        return None
+    def busy(j):
+        return bool(running) and sum(r.cpu for r in running) + min(j.cpu, a.jobs) > cores
 
     def fits(j):
         if not running:
@@ -296,15 +340,15 @@ def main():
                     running.remove(r)
                     done.append(r)
             started = True
-            while started and len(running) < a.jobs and pending:
+            while started and pending:
                 started = False
                 for j in pending:
-                    if conflict(j) or not fits(j):
+                    if busy(j) or not fits(j):
                         continue
                     pending.remove(j)
                     j.launch()
                     running.append(j)
-                    say(f"start {j.name} (expected {fmt_secs(j.expect)}, scratch ~{j.disk} MiB; "
+                    say(f"start {j.name} (expected {fmt_secs(j.expect)}, {j.cpu:.1f} cores, scratch ~{j.disk} MiB; "
                         f"{free_mib(TOP)} MiB free)")
                     started = True
                     break
@@ -328,7 +372,9 @@ def main():
     total = time.monotonic() - t_all + (a.deps_secs or 0)
     for j in done:
         if j.rc == 0:
-            learned[j.name] = round(j.secs)
+            learned[j.name] = {"secs": round(j.secs)}
+            if j.cpu_secs is not None:
+                learned[j.name]["cpu"] = round(j.cpu_secs / max(j.secs, 1), 2)
     try:
         os.makedirs(os.path.dirname(times_path), exist_ok=True)
         with open(times_path + ".tmp", "w") as f:
@@ -338,18 +384,19 @@ def main():
         say(f"could not save the times to {times_path}: {e}")
 
     failed = [j for j in done if j.rc != 0]
-    rows = [(n, "", fmt_secs(s), "") for n, s in phases]
+    rows = [(n, "", fmt_secs(s), "", "") for n, s in phases]
     for j in sorted(done, key=lambda j: -j.secs):
-        rows.append((j.name, "ok" if j.rc == 0 else f"FAILED (exit {j.rc})", fmt_secs(j.secs), j.counts))
+        cpu = f"{j.cpu_secs / max(j.secs, 1):.2f}" if j.cpu_secs is not None else "?"
+        rows.append((j.name, "ok" if j.rc == 0 else f"FAILED (exit {j.rc})", fmt_secs(j.secs), cpu, j.counts))
     w = max(len(r[0]) for r in rows)
     print()
-    print(f"| {'target':<{w}} | {'result':<17} | {'wall':>6} | tests")
-    print(f"|{'-' * (w + 2)}|{'-' * 19}|{'-' * 8}|------")
-    for n, res, s, c in rows:
-        print(f"| {n:<{w}} | {res:<17} | {s:>6} | {c}")
+    print(f"| {'target':<{w}} | {'result':<17} | {'wall':>6} | cores | tests")
+    print(f"|{'-' * (w + 2)}|{'-' * 19}|{'-' * 8}|-------|------")
+    for n, res, s, cpu, c in rows:
+        print(f"| {n:<{w}} | {res:<17} | {s:>6} | {cpu:>5} | {c}")
     serial = sum(j.secs for j in done)
     print(f"| {'whole run':<{w}} | {'FAILED' if failed else 'ok':<17} | {fmt_secs(total):>6} | "
-          f"{len(done)} jobs on {a.jobs} slots; their sum {fmt_secs(serial)}")
+          f"{len(done)} jobs on {a.jobs} cores; their sum {fmt_secs(serial)}")
     boot_coverage(boots)
     say(f"{free_mib(TOP)} MiB free at the end")
     if failed:

@@ -3,6 +3,7 @@ pub mod arch;
 pub mod cancel;
 pub mod cmd;
 pub mod container;
+pub mod http;
 pub mod lock;
 pub mod owner;
 pub mod progress;

@@ -1,4 +1,6 @@
-//! XML text: the one escape the OVF writer and the vSphere SOAP client use.
+//! XML: the one escape the OVF writer and the vSphere SOAP client use, and
+//! the element lookups (by local name, namespaces ignored) of the SOAP and
+//! EC2 Query clients.
 
 /// `s` with the five XML special characters escaped (valid in element
 /// text and in double- or single-quoted attributes).
@@ -15,6 +17,28 @@ pub fn esc(s: &str) -> String {
         }
     }
     o
+}
+
+/// The first descendant element named `name` (local name).
+pub fn find<'a, 'i>(n: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
+    n.descendants()
+        .find(|c| c.is_element() && c.tag_name().name() == name)
+}
+
+/// The direct children named `name`.
+pub fn children<'a, 'i>(
+    n: roxmltree::Node<'a, 'i>,
+    name: &'a str,
+) -> impl Iterator<Item = roxmltree::Node<'a, 'i>> + 'a {
+    n.children()
+        .filter(move |c| c.is_element() && c.tag_name().name() == name)
+}
+
+/// The text of the first child named `name`.
+pub fn child_text(n: roxmltree::Node<'_, '_>, name: &str) -> Option<String> {
+    children(n, name)
+        .next()
+        .map(|c| c.text().unwrap_or("").to_string())
 }
 
 #[cfg(test)]

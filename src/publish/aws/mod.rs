@@ -5,6 +5,7 @@
 //! Credentials, profile and default region come from the standard AWS
 //! chain (environment, shared config and credentials files, process
 //! credentials, web identity, container and instance metadata).
+pub mod ec2;
 pub mod register;
 pub mod retry;
 pub mod snapshot;
@@ -244,7 +245,7 @@ pub struct Registered {
 
 struct RegionClients {
     name: String,
-    ec2: aws_sdk_ec2::Client,
+    ec2: ec2::Client,
     ebs: aws_sdk_ebs::Client,
 }
 
@@ -258,7 +259,7 @@ pub struct Session {
 
 /// The HTTP client: rustls with ring, the system's roots plus
 /// `$AWS_CA_BUNDLE` (private regions often use a private CA).
-fn http_client() -> Result<aws_sdk_ec2::config::SharedHttpClient> {
+fn http_client() -> Result<aws_sdk_ebs::config::SharedHttpClient> {
     use aws_smithy_http_client::{tls, Builder};
     let b = Builder::new().tls_provider(tls::Provider::Rustls(
         tls::rustls_provider::CryptoMode::Ring,
@@ -311,7 +312,7 @@ impl Session {
             let provider = conf
                 .credentials_provider()
                 .context("no AWS credentials provider")?;
-            use aws_sdk_ec2::config::ProvideCredentials;
+            use aws_credential_types::provider::ProvideCredentials;
             match tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials()).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => bail!(
@@ -330,15 +331,38 @@ impl Session {
             .clone()
             .or_else(|| conf.endpoint_url().map(str::to_string))
             .unwrap_or_else(|| "the default AWS endpoints".to_string());
+        let provider = conf
+            .credentials_provider()
+            .context("no AWS credentials provider")?;
+        // EC2: our own client (ec2.rs); the endpoint as the SDK picks it:
+        // --aws-endpoint-url, AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL or the
+        // profile's endpoint_url, else the region's partition default.
+        let ec2_url = s
+            .endpoint_url
+            .clone()
+            .or_else(|| {
+                std::env::var("AWS_ENDPOINT_URL_EC2")
+                    .ok()
+                    .filter(|u| !u.is_empty())
+            })
+            .or_else(|| conf.endpoint_url().map(str::to_string));
+        let bundle = std::env::var_os("AWS_CA_BUNDLE")
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from);
+        let trust = match &bundle {
+            Some(p) => crate::util::http::Trust::SystemAnd(p, "AWS_CA_BUNDLE"),
+            None => crate::util::http::Trust::System,
+        };
+        let agent = crate::util::http::agent(trust, false, Duration::from_secs(120))?;
+        let fips = conf.use_fips().unwrap_or(false);
         let regions = regions
             .into_iter()
             .map(|name| {
                 let region = Region::new(name.clone());
-                let ec2 = aws_sdk_ec2::Client::from_conf(
-                    aws_sdk_ec2::config::Builder::from(&conf)
-                        .region(region.clone())
-                        .build(),
-                );
+                let url = ec2_url
+                    .clone()
+                    .unwrap_or_else(|| ec2::default_endpoint(&name, fips));
+                let ec2 = ec2::Client::new(&url, &name, provider.clone(), agent.clone());
                 // EBS calls are retried by us (snapshot.rs), with backoff
                 // sized for thousands of blocks; the SDK's own retries off.
                 let ebs = aws_sdk_ebs::Client::from_conf(
@@ -559,42 +583,32 @@ async fn register_region(
 
 /// The EC2 state of snapshot `id` (`pending`, `completed`, `error`), or
 /// `None` if EC2 does not list it (yet).
-pub async fn snapshot_state(ec2: &aws_sdk_ec2::Client, id: &str) -> Result<Option<String>> {
-    let out = ec2
-        .describe_snapshots()
-        .snapshot_ids(id)
-        .send()
+pub async fn snapshot_state(ec2: &ec2::Client, id: &str) -> Result<Option<String>> {
+    let mut p = ec2::Params::new("DescribeSnapshots");
+    p.list("SnapshotId", &[id]);
+    let snaps = ec2
+        .describe_snapshots(&p)
         .await
-        .map_err(|e| anyhow::anyhow!("DescribeSnapshots {id}: {}", explain(&e)))?;
-    Ok(out
-        .snapshots()
-        .iter()
-        .find(|s| s.snapshot_id() == Some(id))
-        .and_then(|s| s.state())
-        .map(|s| s.as_str().to_string()))
+        .map_err(|e| anyhow::anyhow!("DescribeSnapshots {id}: {e}"))?;
+    Ok(snaps.into_iter().find(|s| s.id == id).and_then(|s| s.state))
 }
 
 /// CreateTags on an EC2 resource (snapshot or AMI).
-pub async fn tag(ec2: &aws_sdk_ec2::Client, id: &str, tags: &[(String, String)]) -> Result<()> {
-    let tags: Vec<_> = tags
-        .iter()
-        .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
-        .collect();
-    ec2.create_tags()
-        .resources(id)
-        .set_tags(Some(tags))
-        .send()
+pub async fn tag(ec2: &ec2::Client, id: &str, tags: &[(String, String)]) -> Result<()> {
+    let mut p = ec2::Params::new("CreateTags");
+    p.list("ResourceId", &[id]).tags("Tag", tags);
+    ec2.call(&p)
         .await
-        .map_err(|e| anyhow::anyhow!("CreateTags {id}: {}", explain(&e)))?;
+        .map_err(|e| anyhow::anyhow!("CreateTags {id}: {e}"))?;
     Ok(())
 }
 
-pub async fn delete_snapshot(ec2: &aws_sdk_ec2::Client, id: &str) -> Result<()> {
-    ec2.delete_snapshot()
-        .snapshot_id(id)
-        .send()
+pub async fn delete_snapshot(ec2: &ec2::Client, id: &str) -> Result<()> {
+    let mut p = ec2::Params::new("DeleteSnapshot");
+    p.set("SnapshotId", id);
+    ec2.call(&p)
         .await
-        .map_err(|e| anyhow::anyhow!("DeleteSnapshot {id}: {}", explain(&e)))?;
+        .map_err(|e| anyhow::anyhow!("DeleteSnapshot {id}: {e}"))?;
     Ok(())
 }
 

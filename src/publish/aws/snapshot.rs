@@ -81,7 +81,7 @@ pub struct UploadStats {
 /// The clients and names one snapshot upload needs.
 pub struct Uploader<'a> {
     pub ebs: &'a aws_sdk_ebs::Client,
-    pub ec2: &'a aws_sdk_ec2::Client,
+    pub ec2: &'a super::ec2::Client,
     pub region: &'a str,
     pub description: String,
     pub tags: &'a Tags,

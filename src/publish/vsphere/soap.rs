@@ -7,7 +7,6 @@
 //! session is the `vmware_soap_session` cookie that `Login` sets.
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::Read;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A managed object reference: `<x type="Folder">group-d1</x>`.
@@ -52,15 +51,8 @@ pub struct Fault {
     pub message: String,
 }
 
-/// The connection could not be made or TLS refused it: the cause, said for
-/// a person (the caller adds the URL and the fix).
-#[derive(Debug, thiserror::Error)]
-pub enum TransportError {
-    #[error("TLS: {0}")]
-    Tls(String),
-    #[error("{0}")]
-    Connect(String),
-}
+pub use crate::util::http::TransportError;
+use crate::util::http::{self, transport};
 
 /// How to reach and trust the server.
 #[derive(Debug, Clone)]
@@ -143,106 +135,11 @@ xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"><soapenv:Body>";
 const ENVELOPE_CLOSE: &str = "</soapenv:Body></soapenv:Envelope>";
 
 fn agent(ep: &Endpoint) -> Result<ureq::Agent> {
-    use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
-    let roots: Vec<Certificate<'static>> = match &ep.ca_file {
-        Some(f) => {
-            let pem = std::fs::read(f).with_context(|| {
-                format!("reading the CA file {} (GOVC_TLS_CA_CERTS)", f.display())
-            })?;
-            let mut v = Vec::new();
-            for item in ureq::tls::parse_pem(&pem) {
-                if let PemItem::Certificate(c) =
-                    item.with_context(|| format!("CA file {}: bad PEM", f.display()))?
-                {
-                    v.push(c);
-                }
-            }
-            if v.is_empty() {
-                bail!(
-                    "CA file {} (GOVC_TLS_CA_CERTS) holds no certificate: give the PEM of the CA that signed vCenter's certificate",
-                    f.display()
-                );
-            }
-            v
-        }
-        None => {
-            let r = rustls_native_certs::load_native_certs();
-            r.certs
-                .iter()
-                .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-                .collect()
-        }
+    let trust = match &ep.ca_file {
+        Some(f) => http::Trust::Only(f, "GOVC_TLS_CA_CERTS"),
+        None => http::Trust::System,
     };
-    let tls = TlsConfig::builder()
-        .provider(TlsProvider::Rustls)
-        .root_certs(RootCerts::Specific(Arc::new(roots)))
-        .disable_verification(ep.insecure)
-        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .build();
-    Ok(ureq::Agent::config_builder()
-        .tls_config(tls)
-        .http_status_as_error(false)
-        .timeout_connect(Some(Duration::from_secs(15)))
-        .timeout_recv_response(Some(Duration::from_secs(300)))
-        .max_redirects(0)
-        .build()
-        .into())
-}
-
-/// Say a ureq error as a transport cause.
-fn transport(e: ureq::Error) -> anyhow::Error {
-    let msg = match &e {
-        ureq::Error::Rustls(r) => return TransportError::Tls(tls_cause(r)).into(),
-        ureq::Error::Tls(s) => return TransportError::Tls(s.to_string()).into(),
-        ureq::Error::Io(io) => {
-            // rustls errors surface as io errors from the stream.
-            if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return TransportError::Tls(tls_cause(r)).into();
-            }
-            format!("{io}")
-        }
-        ureq::Error::HostNotFound => "host not found (DNS)".into(),
-        ureq::Error::ConnectionFailed => "connection refused or unreachable".into(),
-        ureq::Error::Timeout(t) => format!("timed out ({t})"),
-        other => other.to_string(),
-    };
-    TransportError::Connect(msg).into()
-}
-
-fn tls_cause(e: &rustls::Error) -> String {
-    use rustls::{CertificateError, Error};
-    match e {
-        Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-            "the server's certificate is signed by an unknown CA".into()
-        }
-        Error::InvalidCertificate(CertificateError::NotValidForName) => {
-            "the server's certificate is not valid for this host name".into()
-        }
-        Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-            expected,
-            presented,
-        }) => format!(
-            "the server's certificate is for {} but the URL names {}",
-            if presented.is_empty() {
-                "no name".to_string()
-            } else {
-                // rustls says `DnsName("x")` / `IpAddress(..)`: the names.
-                presented
-                    .iter()
-                    .map(|p| {
-                        p.split_once("(\"")
-                            .and_then(|(_, r)| r.strip_suffix("\")"))
-                            .unwrap_or(p)
-                            .to_string()
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-            expected.to_str()
-        ),
-        Error::InvalidCertificate(c) => format!("invalid certificate: {c:?}"),
-        other => other.to_string(),
-    }
+    http::agent(trust, ep.insecure, Duration::from_secs(300))
 }
 
 /// A parsed SOAP response body element (`<XResponse>`), kept with its text.
@@ -259,27 +156,7 @@ impl Response {
     }
 }
 
-/// The first descendant element named `name` (local name).
-pub fn find<'a, 'i>(n: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
-    n.descendants()
-        .find(|c| c.is_element() && c.tag_name().name() == name)
-}
-
-/// The direct children named `name`.
-pub fn children<'a, 'i>(
-    n: roxmltree::Node<'a, 'i>,
-    name: &'a str,
-) -> impl Iterator<Item = roxmltree::Node<'a, 'i>> + 'a {
-    n.children()
-        .filter(move |c| c.is_element() && c.tag_name().name() == name)
-}
-
-/// The text of the first child named `name`.
-pub fn child_text(n: roxmltree::Node<'_, '_>, name: &str) -> Option<String> {
-    children(n, name)
-        .next()
-        .map(|c| c.text().unwrap_or("").to_string())
-}
+pub use crate::util::xml::{child_text, children, find};
 
 /// A MoRef from an element.
 pub fn moref(n: roxmltree::Node<'_, '_>) -> MoRef {
