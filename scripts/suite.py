@@ -14,7 +14,7 @@ under three rules:
 - cores: each job's CPU use (CPU seconds over wall seconds, itself and the
   processes it waited for) is learned too; a job starts only while the
   running jobs' CPU use plus its own stays within the cores (N, default
-  the machine's, plus a quarter core of slack). Two compile- or
+  the machine's, plus half a core of slack). Two compile- or
   compression-bound targets thus run one after the other, and a boot-bound
   target (one core of TCG) fills the idle core beside them. The first run,
   with nothing learned, takes the defaults below.
@@ -78,7 +78,7 @@ DEFAULT_SECS = {
 # Cores a job keeps busy on average, before one is learned (measured on
 # the stop 34 run; a TCG boot is one core, compression all of them).
 DEFAULT_CPU = {
-    "generate_platforms": 1.6,
+    "generate_platforms": 1.3,
     "multiarch": 1.5,
     "container": 1.2,
     "chaos": 1.2,
@@ -321,7 +321,7 @@ def main():
         j.cpu = got.get("cpu", DEFAULT_CPU.get(j.name, 1.0))
     pending = sorted(jobs, key=lambda j: -j.expect)
     running, done = [], []
-    cores = a.jobs + 0.25
+    cores = a.jobs + 0.5
 
     def busy(j):
         return bool(running) and sum(r.cpu for r in running) + min(j.cpu, a.jobs) > cores
