@@ -5,7 +5,7 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=$top/target/release/bootimage-gen
-fx=$(FIXTURE_TOOL=$top/target/release/bootimage-fixture bash "$top/fixtures/build.sh")
+fx=$(FIXTURE_TOOL=$top/target/release/bootimage-fixture bash "$top/fixtures/build.sh" --demo)
 release="oci:$fx/oci:release"
 out=${DEMO_OUT:-$top/bootimages}
 echo "== bootimage-gen inspect $release --import"

@@ -651,7 +651,49 @@ pub(crate) mod tests {
         }
         let _ = child.kill();
         let _ = child.wait();
+        record_boot(args, want, found);
         (found, String::from_utf8_lossy(&log).into_owned())
+    }
+
+    /// One line for the suite's boot table (scripts/suite.py, the format of
+    /// tests/common/boot.rs) when SUITE_BOOT_RECORD names the file.
+    fn record_boot(args: &[&str], want: &str, ok: bool) {
+        use std::io::Write;
+        let Some(file) = std::env::var_os("SUITE_BOOT_RECORD") else {
+            return;
+        };
+        let firmware = match args.iter().position(|a| *a == "-bios") {
+            Some(i) if args.get(i + 1).is_some_and(|b| b.contains("OVMF")) => "uefi",
+            _ => "bios",
+        };
+        let media: Vec<serde_json::Value> = args
+            .windows(2)
+            .filter(|w| w[0] == "-drive")
+            .map(|w| {
+                let format = w[1]
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("format="))
+                    .unwrap_or("raw");
+                serde_json::json!({"medium": "disk", "format": format, "sector": 512, "bus": "ide"})
+            })
+            .collect();
+        let line = serde_json::json!({
+            "target": std::env::var("SUITE_TARGET").unwrap_or_else(|_| "lib".into()),
+            "test": std::thread::current().name().unwrap_or(""),
+            "firmware": firmware,
+            "machine": "pc",
+            "media": media,
+            "ok": ok,
+            "platform": "-",
+            "mode": if ok { want } else { "" },
+        });
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+        {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
     }
 
     /// The host's kernel, booted by the boot checks.

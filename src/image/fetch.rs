@@ -2,12 +2,12 @@
 //! path ostree-ext, rpm-ostree and bootc use): manifests, configs and blobs,
 //! with every blob checked against its digest and errors that say what to do.
 use super::imageref::ImageRef;
+use crate::util::sha256::Sha256;
 use anyhow::{anyhow, bail, Context, Result};
 use ostree_ext::containers_image_proxy::{
     self as proxy, ImageProxy, ImageProxyConfig, OpenedImage,
 };
 use ostree_ext::oci_spec::image::{Descriptor, ImageConfiguration, ImageManifest};
-use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

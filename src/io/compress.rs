@@ -23,8 +23,8 @@
 //!   the output is computed by the writer as it writes.
 use super::sparse::{self, is_zero, BufPool, HashThread};
 use super::view::DiskView;
+use crate::util::sha256::Sha256;
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufWriter, Write};
 use std::path::Path;

@@ -6,8 +6,8 @@
 //! sparse writer: a bounded buffer pool, the hashing thread and `is_zero`.
 use super::compress::Written;
 use super::view::DiskView;
+use crate::util::sha256::Sha256;
 use anyhow::{anyhow, Context, Result};
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -232,7 +232,16 @@ pub fn write_sparse(
     out: &Path,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Written> {
-    write_sparse_inner(view, out, progress)
+    write_sparse_inner(view, out, progress, true)
+        .with_context(|| format!("writing raw image {}", out.display()))
+}
+
+/// [`write_sparse`] without the SHA-256 (its fields are left empty): for
+/// copies nobody publishes (`--debug-raw-dir`), where hashing a 100 GiB
+/// disk's zeros would cost minutes of a core.
+pub fn write_sparse_unhashed(view: &dyn DiskView, out: &Path) -> Result<()> {
+    write_sparse_inner(view, out, &|_| {}, false)
+        .map(|_| ())
         .with_context(|| format!("writing raw image {}", out.display()))
 }
 
@@ -240,15 +249,21 @@ fn write_sparse_inner(
     view: &dyn DiskView,
     out: &Path,
     progress: &(dyn Fn(u64) + Sync),
+    hash: bool,
 ) -> Result<Written> {
     let len = view.len();
     let file = crate::io::create_sized(out, len)?;
 
     let pool = BufPool::new(IO_BLOCK, IO_BUFFERS);
-    let hasher = HashThread::spawn(pool.clone(), IO_BUFFERS)?;
+    let hasher = if hash {
+        Some(HashThread::spawn(pool.clone(), IO_BUFFERS)?)
+    } else {
+        None
+    };
+    let zeros = |n: u64| hasher.as_ref().map_or(Ok(()), |h| h.zeros(n));
     let mut pos = 0u64;
     for r in clamped_extents(view)? {
-        hasher.zeros(r.start - pos)?;
+        zeros(r.start - pos)?;
         pos = r.start;
         progress(pos);
         while pos < r.end {
@@ -257,15 +272,24 @@ fn write_sparse_inner(
             let mut buf = pool.get().context("buffer pool closed")?;
             view.read_at(&mut buf[..n], pos)?;
             write_nonzero(&file, &buf[..n], pos)?;
-            hasher.data(buf, n)?;
+            match &hasher {
+                Some(h) => h.data(buf, n)?,
+                None => pool.put(buf),
+            }
             pos += n as u64;
             progress(pos);
         }
     }
-    hasher.zeros(len - pos)?;
+    zeros(len - pos)?;
     progress(len);
-    let (sha256, hashed) = hasher.finish()?;
-    debug_assert_eq!(hashed, len);
+    let sha256 = match hasher {
+        Some(h) => {
+            let (sha256, hashed) = h.finish()?;
+            debug_assert_eq!(hashed, len);
+            sha256
+        }
+        None => String::new(),
+    };
     file.sync_all().context("syncing the output file")?;
     Ok(Written {
         size: len,

@@ -511,7 +511,7 @@ impl Builder<'_> {
         if let Some(dir) = self.raw_dir {
             std::fs::create_dir_all(dir)?;
             let p = dir.join(format!("{}.raw", art.platform));
-            crate::io::sparse::write_sparse(&view, &p, &|_| {})?;
+            crate::io::sparse::write_sparse_unhashed(&view, &p)?;
         }
         let tmp = Staged::new(&self.out.join(&art.file))?;
         let kind = if art.compressed {

@@ -517,9 +517,8 @@ pub use crate::util::rfc3339_utc;
 
 /// Streams a file through SHA-256: `(lower-case hex, size in bytes)`.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    use sha2::Digest;
     let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = sha2::Sha256::new();
+    let mut h = crate::util::sha256::Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {

@@ -7,6 +7,7 @@ pub mod http;
 pub mod lock;
 pub mod owner;
 pub mod progress;
+pub mod sha256;
 pub mod space;
 pub mod ui;
 pub mod xml;

@@ -159,6 +159,9 @@ pub fn default_endpoint(region: &str, fips: bool) -> String {
     format!("https://{host}.{region}.{suffix}")
 }
 
+/// One page of a Describe call: its items and the `nextToken`, if any.
+pub type Page<T> = (Vec<T>, Option<String>);
+
 /// An image from DescribeImages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Image {
@@ -225,7 +228,7 @@ fn next_token(doc: &roxmltree::Document<'_>) -> Option<String> {
     child_text(doc.root_element(), "nextToken").filter(|t| !t.is_empty())
 }
 
-pub fn parse_images(xml: &str) -> Result<(Vec<Image>, Option<String>), Ec2Error> {
+pub fn parse_images(xml: &str) -> Result<Page<Image>, Ec2Error> {
     let doc = parse(xml)?;
     let images = items(&doc, "imagesSet")
         .filter_map(|i| {
@@ -251,7 +254,7 @@ pub fn parse_images(xml: &str) -> Result<(Vec<Image>, Option<String>), Ec2Error>
     Ok((images, next_token(&doc)))
 }
 
-pub fn parse_snapshots(xml: &str) -> Result<(Vec<Snapshot>, Option<String>), Ec2Error> {
+pub fn parse_snapshots(xml: &str) -> Result<Page<Snapshot>, Ec2Error> {
     let doc = parse(xml)?;
     let snaps = items(&doc, "snapshotSet")
         .filter_map(|s| {
@@ -400,12 +403,16 @@ impl Client {
         .await
     }
 
-    /// DescribeImages, every page.
-    pub async fn describe_images(&self, params: &Params) -> Result<Vec<Image>, Ec2Error> {
+    /// A Describe call, every page (`NextToken` until none is given).
+    async fn pages<T>(
+        &self,
+        params: &Params,
+        parse: fn(&str) -> Result<Page<T>, Ec2Error>,
+    ) -> Result<Vec<T>, Ec2Error> {
         let mut all = Vec::new();
         let mut p = params.clone();
         loop {
-            let (mut page, next) = parse_images(&self.call(&p).await?)?;
+            let (mut page, next) = parse(&self.call(&p).await?)?;
             all.append(&mut page);
             match next {
                 Some(t) => set_token(&mut p, t),
@@ -414,18 +421,12 @@ impl Client {
         }
     }
 
-    /// DescribeSnapshots, every page.
+    pub async fn describe_images(&self, params: &Params) -> Result<Vec<Image>, Ec2Error> {
+        self.pages(params, parse_images).await
+    }
+
     pub async fn describe_snapshots(&self, params: &Params) -> Result<Vec<Snapshot>, Ec2Error> {
-        let mut all = Vec::new();
-        let mut p = params.clone();
-        loop {
-            let (mut page, next) = parse_snapshots(&self.call(&p).await?)?;
-            all.append(&mut page);
-            match next {
-                Some(t) => set_token(&mut p, t),
-                None => return Ok(all),
-            }
-        }
+        self.pages(params, parse_snapshots).await
     }
 }
 
