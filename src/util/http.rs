@@ -89,14 +89,14 @@ pub fn agent(trust: Trust<'_>, insecure: bool, recv: Duration) -> Result<ureq::A
 }
 
 /// Say a ureq error as a transport cause.
-pub fn transport(e: ureq::Error) -> anyhow::Error {
+pub fn transport(e: ureq::Error) -> TransportError {
     let msg = match &e {
-        ureq::Error::Rustls(r) => return TransportError::Tls(tls_cause(r)).into(),
-        ureq::Error::Tls(s) => return TransportError::Tls(s.to_string()).into(),
+        ureq::Error::Rustls(r) => return TransportError::Tls(tls_cause(r)),
+        ureq::Error::Tls(s) => return TransportError::Tls(s.to_string()),
         ureq::Error::Io(io) => {
             // rustls errors surface as io errors from the stream.
             if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return TransportError::Tls(tls_cause(r)).into();
+                return TransportError::Tls(tls_cause(r));
             }
             format!("{io}")
         }
@@ -105,7 +105,7 @@ pub fn transport(e: ureq::Error) -> anyhow::Error {
         ureq::Error::Timeout(t) => format!("timed out ({t})"),
         other => other.to_string(),
     };
-    TransportError::Connect(msg).into()
+    TransportError::Connect(msg)
 }
 
 fn tls_cause(e: &rustls::Error) -> String {

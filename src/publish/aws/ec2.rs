@@ -316,10 +316,6 @@ impl Client {
         }
     }
 
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
     /// The chain's credentials, kept until 5 minutes before they expire.
     async fn credentials(&self) -> Result<Credentials, Ec2Error> {
         let mut c = self.cached.lock().await;
@@ -372,14 +368,14 @@ impl Client {
         let answer = tokio::task::spawn_blocking(move || -> Result<(u16, String), Ec2Error> {
             let mut resp = req
                 .send(body.as_bytes())
-                .map_err(|e| Ec2Error::from(transport(e)))?;
+                .map_err(|e| Ec2Error::from(http::transport(e)))?;
             let status = resp.status().as_u16();
             let text = resp
                 .body_mut()
                 .with_config()
                 .limit(64 << 20)
                 .read_to_string()
-                .map_err(|e| Ec2Error::from(transport(e)))?;
+                .map_err(|e| Ec2Error::from(http::transport(e)))?;
             Ok((status, text))
         })
         .await
@@ -433,13 +429,6 @@ impl Client {
 fn set_token(p: &mut Params, token: String) {
     p.0.retain(|(k, _)| k != "NextToken");
     p.set("NextToken", token);
-}
-
-fn transport(e: ureq::Error) -> TransportError {
-    match http::transport(e).downcast::<TransportError>() {
-        Ok(t) => t,
-        Err(other) => TransportError::Connect(other.to_string()),
-    }
 }
 
 /// The element text of a RegisterImage answer's `imageId`.

@@ -294,7 +294,7 @@ impl Session {
             .enable_all()
             .build()
             .context("starting the AWS runtime")?;
-        let (conf, regions) = rt.block_on(async {
+        let (conf, regions, provider) = rt.block_on(async {
             let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http_client()?);
             if let Some(u) = &s.endpoint_url {
                 loader = loader.endpoint_url(u);
@@ -324,16 +324,13 @@ impl Session {
                     CREDENTIALS_TIMEOUT.as_secs()
                 ),
             }
-            Ok((conf, regions))
+            Ok((conf, regions, provider))
         })?;
         let endpoint = s
             .endpoint_url
             .clone()
             .or_else(|| conf.endpoint_url().map(str::to_string))
             .unwrap_or_else(|| "the default AWS endpoints".to_string());
-        let provider = conf
-            .credentials_provider()
-            .context("no AWS credentials provider")?;
         // EC2: our own client (ec2.rs); the endpoint as the SDK picks it:
         // --aws-endpoint-url, AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL or the
         // profile's endpoint_url, else the region's partition default.
