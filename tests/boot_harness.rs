@@ -316,12 +316,19 @@ fn marker_lines_parse_strictly() {
     .unwrap();
     assert_eq!(m.ignition.as_deref(), Some(h.as_str()));
     assert!(!m.firstboot);
+    assert_eq!(m.composefs, None);
+    let m = Marker::parse(
+        "BOOTIMAGE-TEST-OS ok version=1 platform=metal firstboot=0 mode=disk ignition=none arch=x86_64 composefs=1",
+    )
+    .unwrap();
+    assert_eq!(m.composefs, Some(true));
     for bad in [
         "BOOTIMAGE-TEST-OS ok version=1 platform=metal firstboot=2 mode=disk ignition=none",
         "BOOTIMAGE-TEST-OS ok version=1 platform=metal firstboot=0 mode=floppy ignition=none",
         "BOOTIMAGE-TEST-OS ok version=1 platform=metal firstboot=0 mode=disk ignition=abc",
         "BOOTIMAGE-TEST-OS ok version=1 platform=metal firstboot=0 mode=disk",
         "BOOTIMAGE-TEST-OS ok version=1 version=2 platform=metal firstboot=0 mode=disk ignition=none",
+        "BOOTIMAGE-TEST-OS ok version=1 platform=metal firstboot=0 mode=disk ignition=none composefs=yes",
         "BOOTIMAGE-TEST-OS FAIL no root",
     ] {
         assert!(Marker::parse(bad).is_err(), "accepted: {bad}");

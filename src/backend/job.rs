@@ -63,6 +63,9 @@ pub struct DiskJob {
     /// platform's grub.cfg, unless bootupd's static configs make it.
     #[serde(default)]
     pub grub_script: Option<String>,
+    /// The OS's buildroot, when its own ostree deploys it.
+    #[serde(default)]
+    pub buildroot: Option<crate::disk::buildroot::Buildroot>,
 }
 
 /// bootupd's part of the job (see [`bootupd`]).
@@ -285,6 +288,10 @@ impl DiskJob {
                 aleph: self.aleph.clone(),
                 platforms_json: self.platforms_json.as_deref(),
                 zipl: crate::platforms::arch_boot(&d.arch).zipl,
+                tool: match &self.buildroot {
+                    Some(b) => deploy::Tool::Os(b),
+                    None => deploy::Tool::Host,
+                },
             },
         )?;
         cancel::check()?;

@@ -260,6 +260,15 @@ pub struct GenerateArgs {
     /// (sparse) in DIR, for checks with independent tools.
     #[arg(long, value_name = "DIR", hide = true)]
     pub debug_raw_dir: Option<PathBuf>,
+    /// Whose ostree deploys the OS: `os` runs the OS image's own
+    /// /usr/bin/ostree in a buildroot made of the OS tree (as
+    /// coreos-assembler does), so the composefs image, /var and labels are
+    /// what that OS's ostree writes; an OS that ships no ostree CLI is
+    /// deployed by this machine's, and the run says so. `host` always uses
+    /// this machine's ostree (an OS that requires composefs then fails to
+    /// boot when this ostree writes no composefs image).
+    #[arg(long, value_name = "WHO", value_enum, default_value_t = DeployOstree::Os)]
+    pub deploy_ostree: DeployOstree,
     /// Worker threads for encoding and compression (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -321,6 +330,15 @@ pub struct VmArgs {
     /// seconds (nested KVM can start and then hang).
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub vm_watchdog: u64,
+}
+
+/// Whose ostree deploys the OS (`--deploy-ostree`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeployOstree {
+    /// The OS image's own ostree, when it ships one.
+    Os,
+    /// This machine's ostree.
+    Host,
 }
 
 /// Where the release comes from and how to reach it.

@@ -99,6 +99,7 @@ fn run_one(a: GenerateArgs) -> Result<()> {
         dry_run: a.dry_run,
         no_ostree_archive: a.no_ostree_archive,
         debug_raw_dir: a.debug_raw_dir,
+        deploy_with_os: a.deploy_ostree == crate::cli::DeployOstree::Os,
         threads: a.threads,
     };
     let settings = Settings::new(flags, || super::input_settings(&a.input))?;

@@ -2,6 +2,7 @@
 //! `<root>/boot`), in the order of SPEC 2: init-fs, os-init, repo config,
 //! `/boot/efi`, the `ignition.firstboot` stamp, deploy with kargs, aleph
 //! version file, `platforms.json`.
+use super::buildroot::{Bind, Buildroot, BIND_ROOT};
 use crate::util::cmd;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -34,6 +35,73 @@ pub struct Deploy<'a> {
     pub platforms_json: Option<&'a [u8]>,
     /// The disk IPLs through zipl (s390x): the sysroot's bootloader is zipl.
     pub zipl: bool,
+    /// Whose ostree lays the OS down.
+    pub tool: Tool<'a>,
+}
+
+/// Whose ostree runs the init-fs, repo config, pull and deploy.
+#[derive(Debug, Clone, Copy)]
+pub enum Tool<'a> {
+    /// The OS's own, from its buildroot (the deploy a node would make:
+    /// composefs image, `/var` seeding, labels as that ostree writes them).
+    Os(&'a Buildroot),
+    /// This machine's (the OS ships no ostree CLI).
+    Host,
+}
+
+/// Runs ostree commands against the sysroot at a host path, translating
+/// paths for the buildroot when the OS's ostree runs.
+struct Runner<'a> {
+    tool: Tool<'a>,
+    binds: Vec<Bind>,
+    /// The sysroot and the source repo as the tool sees them.
+    sysroot: String,
+    source: String,
+}
+
+impl<'a> Runner<'a> {
+    fn new(tool: Tool<'a>, root: &Path, source: &Path) -> Self {
+        match tool {
+            Tool::Host => Runner {
+                tool,
+                binds: Vec::new(),
+                sysroot: root.display().to_string(),
+                source: source.display().to_string(),
+            },
+            Tool::Os(_) => {
+                let sysroot = format!("{BIND_ROOT}/sysroot");
+                let src = format!("{BIND_ROOT}/source");
+                Runner {
+                    tool,
+                    binds: vec![
+                        Bind {
+                            host: root.to_path_buf(),
+                            guest: sysroot.clone(),
+                            read_only: false,
+                        },
+                        Bind {
+                            host: source.to_path_buf(),
+                            guest: src.clone(),
+                            read_only: true,
+                        },
+                    ],
+                    sysroot,
+                    source: src,
+                }
+            }
+        }
+    }
+
+    fn ostree(&self, args: Vec<String>) -> Result<std::process::Command> {
+        Ok(match self.tool {
+            Tool::Host => cmd::new("ostree", args),
+            Tool::Os(b) => {
+                let mut argv: Vec<&str> = vec!["/usr/bin/ostree"];
+                argv.extend(args.iter().map(String::as_str));
+                b.command(&self.binds, &argv)?
+            }
+        })
+    }
 }
 
 /// `/.coreos-aleph-version.json`: what the disk was built from, with the keys
@@ -69,10 +137,6 @@ pub struct Deployed {
     pub deploy_dir: PathBuf,
     /// The BLS entries ostree wrote, relative to the boot filesystem.
     pub entries: Vec<PathBuf>,
-}
-
-fn ostree<I: IntoIterator<Item = String>>(args: I) -> std::process::Command {
-    cmd::new("ostree", args)
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<()> {
@@ -126,69 +190,71 @@ pub fn deployment_root(root: &Path) -> Result<PathBuf> {
 }
 
 pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
-    let sysroot = format!("--sysroot={}", root.display());
-    let repo = format!("--repo={}", root.join("ostree/repo").display());
-    cmd::run(&mut ostree([
+    let t = Runner::new(d.tool, root, d.source_repo);
+    let sysroot = format!("--sysroot={}", t.sysroot);
+    let repo = format!("--repo={}/ostree/repo", t.sysroot);
+    cmd::run(&mut t.ostree(vec![
         "admin".into(),
         "init-fs".into(),
         "--modern".into(),
-        root.display().to_string(),
-    ]))
+        t.sysroot.clone(),
+    ])?)
     .context("ostree admin init-fs")?;
-    cmd::run(&mut ostree([
+    cmd::run(&mut t.ostree(vec![
         "admin".into(),
         "os-init".into(),
         sysroot.clone(),
         d.osname.into(),
-    ]))
+    ])?)
     .with_context(|| format!("ostree admin os-init {}", d.osname))?;
     for (k, v) in REPO_CONFIG {
-        cmd::run(&mut ostree([
+        cmd::run(&mut t.ostree(vec![
             "config".into(),
             repo.clone(),
             "set".into(),
             k.into(),
             v.into(),
-        ]))
+        ])?)
         .with_context(|| format!("setting {k} in the sysroot repo"))?;
     }
     crate::util::cancel::check()?;
-    cmd::run(&mut ostree([
+    cmd::run(&mut t.ostree(vec![
         "pull-local".into(),
         repo.clone(),
-        d.source_repo.display().to_string(),
+        t.source.clone(),
         d.commit.into(),
-    ]))
+    ])?)
     .with_context(|| format!("copying commit {} into the sysroot repo", d.commit))?;
     let boot = root.join("boot");
     std::fs::create_dir_all(boot.join("efi")).context("creating /boot/efi")?;
     write(&boot.join(FIRSTBOOT_STAMP), b"")?;
-    let origin = root.join("ostree/deploy").join(d.osname).join("origin.tmp");
+    let origin_rel = format!("ostree/deploy/{}/origin.tmp", d.osname);
+    let origin = root.join(&origin_rel);
     write(&origin, d.origin.as_bytes())?;
     let mut args: Vec<String> = vec![
         "admin".into(),
         "deploy".into(),
         sysroot.clone(),
         format!("--os={}", d.osname),
-        format!("--origin-file={}", origin.display()),
+        format!("--origin-file={}/{origin_rel}", t.sysroot),
         "--karg-none".into(),
     ];
     args.extend(d.kargs.iter().map(|k| format!("--karg-append={k}")));
     args.push(d.commit.into());
     crate::util::cancel::pause_point("deploy")?;
-    cmd::run(&mut ostree(args))
+    cmd::run(&mut t.ostree(args)?)
         .with_context(|| format!("deploying {} as stateroot {}", d.commit, d.osname))?;
     std::fs::remove_file(&origin).ok();
     if d.zipl {
         // cosa build.common.ipp.yaml: `bootloader: zipl` once deployed, so
         // that later updates on the machine run zipl.
-        cmd::run(&mut ostree([
+        cmd::run(&mut t.ostree(vec![
             "config".into(),
             repo.clone(),
             "set".into(),
             "sysroot.bootloader".into(),
             "zipl".into(),
-        ]))
+        ])?)
         .context("setting sysroot.bootloader in the sysroot repo")?;
     }
     let dep = deployment_root(root)?;

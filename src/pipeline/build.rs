@@ -197,6 +197,7 @@ impl Builder<'_> {
                 timestamp: self.os.timestamp,
             }),
             grub_script: self.os.config.image.grub_script.clone(),
+            buildroot: None,
         })
     }
 

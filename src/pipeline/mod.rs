@@ -110,10 +110,20 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<()> {
         bootupd,
         aws: aws.as_ref().zip(ami_spec.as_ref()),
     };
-    let job = b.disk_job()?;
+    let mut job = b.disk_job()?;
+    let deployed_by;
+    (job.buildroot, deployed_by) = deployer(s, &loaded, &plan, os, &reporter)?;
     let base = base_disk(s, &loaded, &plan, &job, &reporter)?;
     let osmets = b.pack_osmets(&base)?;
     let mut m = artifacts(&b, &base, &plan, &osmets, new_meta)?;
+    // Each disk image records whose ostree deployed it (cosa's schema
+    // allows keys of our own in `images` entries only).
+    for art in plan.artifacts.iter().filter(|x| x.live.is_none()) {
+        m.image_details
+            .entry(art.meta_key.clone())
+            .or_default()
+            .insert(meta::DETAILS_KEY_DEPLOY.into(), deployed_by.clone().into());
+    }
     if s.ostree_archive {
         let (key, entry) = b.ostree_archive(&s.input)?;
         m.images.insert(key, entry);
@@ -210,6 +220,60 @@ fn check_output_meta(s: &Settings, new_meta: &Meta) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whose ostree lays the OS down (`--deploy-ostree`): the OS's own from a
+/// buildroot of its tree when it ships `/usr/bin/ostree`, else this
+/// machine's; said on the console, and recorded in meta.json's
+/// `image_details` (returned).
+fn deployer(
+    s: &Settings,
+    loaded: &Loaded,
+    plan: &Plan,
+    os: &OsInfo,
+    reporter: &Reporter,
+) -> Result<(
+    Option<crate::disk::buildroot::Buildroot>,
+    serde_json::Map<String, serde_json::Value>,
+)> {
+    use crate::disk::buildroot::{self, Buildroot};
+    let repo = &loaded.cache.repo;
+    let ships = buildroot::os_has_ostree(repo, &os.commit)?;
+    let mut details = serde_json::Map::new();
+    if ships && s.deploy_with_os {
+        if plan.backend.name != "loopback" {
+            bail!(
+                "OS {} {} ships its own ostree, which deploys it, and the {} backend cannot run it yet: use --backend loopback (as root), or --deploy-ostree host to deploy with the VM's ostree (an OS that requires composefs then does not boot)",
+                plan.name,
+                plan.version,
+                plan.backend.name
+            );
+        }
+        let step = reporter.step("buildroot");
+        let b = Buildroot::prepare(&loaded.cache.dir, repo, &os.commit, &plan.release.arch)?;
+        step.done(&format!("ostree {}", b.ostree_version));
+        reporter.note(&format!(
+            "deploy: the OS's own ostree {} (its /{}, run in a buildroot of the OS tree)",
+            b.ostree_version,
+            buildroot::OSTREE
+        ));
+        details.insert("tool".into(), "os".into());
+        details.insert("ostree-version".into(), b.ostree_version.clone().into());
+        return Ok((Some(b), details));
+    }
+    let host = crate::util::cmd::run_str(&mut crate::util::cmd::new("ostree", ["--version"]))
+        .ok()
+        .and_then(|o| buildroot::parse_ostree_version(&o))
+        .unwrap_or_else(|| "(version unknown)".into());
+    let why = match ships {
+        true => "--deploy-ostree host",
+        false => "the OS image ships no /usr/bin/ostree",
+    };
+    reporter.note(&format!("deploy: this machine's ostree {host} ({why})"));
+    details.insert("tool".into(), "host".into());
+    details.insert("ostree-version".into(), host.into());
+    details.insert("reason".into(), why.into());
+    Ok((None, details))
 }
 
 /// Stage base disk: the privileged job, on this host or in a VM.

@@ -24,6 +24,8 @@ pub struct Flags {
     pub dry_run: bool,
     pub no_ostree_archive: bool,
     pub debug_raw_dir: Option<PathBuf>,
+    /// Deploy with the OS's own ostree when it ships one.
+    pub deploy_with_os: bool,
     pub threads: Option<usize>,
 }
 
@@ -45,6 +47,8 @@ pub struct Settings {
     pub dry_run: bool,
     pub ostree_archive: bool,
     pub debug_raw_dir: Option<PathBuf>,
+    /// Deploy with the OS's own ostree when it ships one.
+    pub deploy_with_os: bool,
     /// Worker threads (0: one per CPU).
     pub threads: usize,
 }
@@ -80,6 +84,7 @@ impl Settings {
             dry_run: f.dry_run,
             ostree_archive: !f.no_ostree_archive,
             debug_raw_dir: f.debug_raw_dir,
+            deploy_with_os: f.deploy_with_os,
             threads: f.threads.unwrap_or(0),
         })
     }

@@ -46,6 +46,12 @@ pub const IMAGE_KEY_OSTREE: &str = "ostree";
 /// `<name>-<version>-ostree.<arch>-manifest.json`).
 pub const IMAGE_KEY_OCI_MANIFEST: &str = "oci-manifest";
 
+/// Key, in each disk image's `images` entry, of how the OS was deployed:
+/// an object with `tool` (`os`: the OS image's own ostree, from a buildroot
+/// of its tree; `host`: this machine's), `ostree-version`, and `reason`
+/// when the host's was used.
+pub const DETAILS_KEY_DEPLOY: &str = "ostree-deploy";
+
 /// `images` keys of the live artifacts (SPEC 5, 6.1).
 pub const IMAGE_KEY_LIVE_ISO: &str = "live-iso";
 pub const IMAGE_KEY_LIVE_KERNEL: &str = "live-kernel";

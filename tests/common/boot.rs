@@ -328,6 +328,9 @@ pub struct Marker {
     /// `uname -m` of the booted OS (`arch=`; test OSes built before it
     /// was added print none: `None`).
     pub arch: Option<String>,
+    /// Whether `/` is composefs (`composefs=`; `None` from test OSes built
+    /// before it was added).
+    pub composefs: Option<bool>,
     /// The whole line, from `BOOTIMAGE-TEST-OS` on.
     pub line: String,
 }
@@ -344,6 +347,7 @@ impl Marker {
             .ok_or_else(|| bad("no 'BOOTIMAGE-TEST-OS ok' prefix"))?;
         let (mut version, mut platform, mut firstboot, mut mode, mut ignition, mut arch) =
             (None, None, None, None, None, None);
+        let mut composefs = None;
         for field in rest.split_whitespace() {
             let (k, v) = field
                 .split_once('=')
@@ -355,6 +359,7 @@ impl Marker {
                 "mode" => &mut mode,
                 "ignition" => &mut ignition,
                 "arch" => &mut arch,
+                "composefs" => &mut composefs,
                 _ => return Err(bad(&format!("unknown field {k:?}"))),
             };
             if slot.replace(v.to_string()).is_some() {
@@ -375,6 +380,12 @@ impl Marker {
             h if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => Some(h.to_string()),
             _ => return Err(bad("ignition is neither a sha256 nor none")),
         };
+        let composefs = match composefs.as_deref() {
+            None => None,
+            Some("0") => Some(false),
+            Some("1") => Some(true),
+            Some(_) => return Err(bad("composefs is not 0 or 1")),
+        };
         if version.is_empty() || platform.is_empty() {
             return Err(bad("empty version or platform"));
         }
@@ -385,6 +396,7 @@ impl Marker {
             mode,
             ignition,
             arch,
+            composefs,
             line: line.trim().to_string(),
         })
     }

@@ -1,0 +1,394 @@
+//! Issue 28, the OS lays itself down: the faithful test OS (sid's ostree
+//! 2026.x built with composefs, the real `ostree-prepare-root` in its
+//! initramfs with `[composefs] enabled = yes` as RHCOS 10 ships it, the
+//! SELinux reference policy and labels in its commit) is deployed by its own
+//! ostree, run from a buildroot of its tree, and the judge is that OS's
+//! `ostree-prepare-root`: the disks must boot with `/` on composefs (the
+//! marker's `composefs=1`, read from the booted OS's mountinfo), under
+//! SeaBIOS and OVMF. The negative case: the same release deployed by this
+//! host's ostree (Debian 12: 2022.7, no composefs) stops in the initramfs
+//! with prepare-root's own "composefs: failed to mount" message.
+mod common;
+use common::boot::{self, Firmware, Media, Mode};
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const RELEASE: &str = "release-faithful";
+const MIB: u64 = 1 << 20;
+
+struct Built {
+    root: PathBuf,
+    raw: PathBuf,
+    meta: Value,
+    log: String,
+}
+
+fn build(cell: &'static OnceLock<Built>, name: &str, extra: &[&str]) -> &'static Built {
+    cell.get_or_init(|| {
+        let root = scratch(name);
+        let _ = std::fs::remove_dir_all(&root);
+        let raw = root.join("raw");
+        let mut args = vec![
+            oci(RELEASE),
+            "metal".into(),
+            "qemu".into(),
+            "--no-ostree-archive".into(),
+            "--debug-raw-dir".into(),
+            raw.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, meta, log) = generate_logged(&root, &a);
+        Built {
+            root,
+            raw,
+            meta,
+            log,
+        }
+    })
+}
+
+/// Deployed by the OS's own ostree (the default).
+fn own() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "faithful-own", &[])
+}
+
+/// Deployed by this host's ostree.
+fn host() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "faithful-host", &["--deploy-ostree", "host"])
+}
+
+fn os() -> &'static Value {
+    &fx()["release_faithful"]["os"]
+}
+
+/// The OS's ostree version as `ostree --version` prints it: the Debian
+/// package version without its revision.
+fn os_ostree_version() -> String {
+    let v = os()["packages"]["ostree"].as_str().unwrap();
+    v.rsplit_once('-').map_or(v, |(u, _)| u).to_string()
+}
+
+fn host_ostree_version() -> String {
+    let out = must(Command::new("ostree").arg("--version"));
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Version:"))
+        .unwrap()
+        .trim()
+        .trim_matches('\'')
+        .to_string()
+}
+
+/// A private copy of a raw disk (the firmware and the OS write to it).
+fn copy_raw(b: &Built, name: &str, tag: &str) -> PathBuf {
+    let copy = b.root.join(format!("boot-{tag}.raw"));
+    must(
+        Command::new("cp")
+            .arg("--sparse=always")
+            .arg(b.raw.join(format!("{name}.raw")))
+            .arg(&copy),
+    );
+    copy
+}
+
+#[test]
+fn the_os_own_ostree_deploys_and_says_so() {
+    let b = own();
+    let want = os_ostree_version();
+    assert!(
+        b.log.contains(&format!(
+            "deploy: the OS's own ostree {want} (its /usr/bin/ostree"
+        )),
+        "{}",
+        b.log
+    );
+    for key in ["metal", "qemu"] {
+        let d = &b.meta["images"][key]["ostree-deploy"];
+        assert_eq!(d["tool"], "os", "{key}: {d}");
+        assert_eq!(d["ostree-version"], want.as_str(), "{key}: {d}");
+        assert!(d.get("reason").is_none(), "{d}");
+    }
+    // And the host's, when asked: said on the console and in meta.json.
+    let h = host();
+    let hv = host_ostree_version();
+    assert_ne!(
+        hv, want,
+        "the host's ostree is the OS's: the negative case proves nothing"
+    );
+    assert!(
+        h.log.contains(&format!(
+            "deploy: this machine's ostree {hv} (--deploy-ostree host)"
+        )),
+        "{}",
+        h.log
+    );
+    let d = &h.meta["images"]["metal"]["ostree-deploy"];
+    assert_eq!(d["tool"], "host", "{d}");
+    assert_eq!(d["reason"], "--deploy-ostree host", "{d}");
+}
+
+/// The deployment directory on a disk's root filesystem (mounted ro).
+fn with_deployment<T>(b: &Built, f: impl FnOnce(&Path) -> T) -> T {
+    let raw = b.raw.join("metal.raw");
+    let len = std::fs::metadata(&raw).unwrap().len();
+    let dir = b.root.join("mnt-root");
+    let root = Mnt::new(
+        &raw,
+        513 * MIB,
+        len - 513 * MIB - MIB,
+        "xfs",
+        "ro,norecovery,nouuid",
+        &dir,
+    );
+    let base = root.0.join("ostree/deploy");
+    let stateroot = std::fs::read_dir(&base)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let dep = std::fs::read_dir(stateroot.join("deploy"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().is_dir())
+        .unwrap()
+        .path();
+    f(&dep)
+}
+
+#[test]
+fn only_the_os_ostree_writes_the_composefs_image() {
+    // What prepare-root opens (the boots below are the judgement; this
+    // says where the difference lies).
+    let has = |b: &Built| with_deployment(b, |d| d.join(".ostree.cfs").is_file());
+    assert!(
+        has(own()),
+        "no .ostree.cfs in the deployment made by the OS's ostree"
+    );
+    assert!(
+        !has(host()),
+        "the host's ostree 2022.7 wrote a .ostree.cfs?"
+    );
+}
+
+#[test]
+fn the_commit_carries_the_policy_labels_into_the_deployment() {
+    let label = with_deployment(own(), |d| {
+        must(
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import os, sys; print(os.getxattr(sys.argv[1], 'security.selinux').decode())",
+                ])
+                .arg(d.join("usr/bin/ostree")),
+        )
+    });
+    assert_eq!(
+        label.trim().trim_end_matches('\0'),
+        "system_u:object_r:bin_t:s0"
+    );
+}
+
+fn check_composefs_boot(r: &boot::BootResult, platform: &str) {
+    assert_eq!(r.marker.mode, Mode::Disk, "{}", r.marker);
+    assert_eq!(r.marker.platform, platform, "{}", r.marker);
+    assert!(r.marker.firstboot, "{}", r.marker);
+    assert_eq!(r.marker.version, os()["version"].as_str().unwrap());
+    assert_eq!(
+        r.marker.composefs,
+        Some(true),
+        "/ is not composefs: {}",
+        r.marker
+    );
+    // (metal's kargs name no serial console: only the marker reaches it.)
+    assert!(
+        !r.has_karg("console=ttyS0,115200n8")
+            || r.log.contains("running ostree-prepare-root /sysroot"),
+        "the initramfs did not run the real prepare-root:\n{}",
+        r.log
+    );
+}
+
+#[test]
+fn metal_boots_on_composefs_under_seabios() {
+    let b = own();
+    let disk = copy_raw(b, "metal", "metal-bios");
+    let r = boot::assert_boots(
+        &[Media::disk(&disk)],
+        Firmware::Bios,
+        boot::default_timeout(),
+    );
+    eprintln!(
+        "metal, SeaBIOS: {:.1} s ({})",
+        r.duration.as_secs_f64(),
+        r.marker
+    );
+    check_composefs_boot(&r, "metal");
+    std::fs::remove_file(&disk).ok();
+}
+
+#[test]
+fn qemu_boots_on_composefs_under_ovmf() {
+    let b = own();
+    let disk = copy_raw(b, "qemu", "qemu-uefi");
+    let r = boot::assert_boots(
+        &[Media::disk(&disk)],
+        Firmware::Uefi,
+        boot::default_timeout(),
+    );
+    eprintln!(
+        "qemu, OVMF: {:.1} s ({})",
+        r.duration.as_secs_f64(),
+        r.marker
+    );
+    check_composefs_boot(&r, "qemu");
+    std::fs::remove_file(&disk).ok();
+}
+
+#[test]
+fn the_host_deployed_disk_is_refused_by_prepare_root() {
+    let b = host();
+    let disk = copy_raw(b, "qemu", "host-bios");
+    let e = boot::boot(
+        &[Media::disk(&disk)],
+        Firmware::Bios,
+        boot::default_timeout(),
+    )
+    .expect_err("a disk without .ostree.cfs booted an OS that requires composefs");
+    // prepare-root's own words (ostree src/libotcore/otcore-prepare-root.c).
+    assert!(
+        e.contains("ostree-prepare-root: Failed to mount composefs: composefs: failed to mount: No such file or directory"),
+        "{e}"
+    );
+    std::fs::remove_file(&disk).ok();
+}
+
+#[test]
+fn vm_backends_refuse_an_os_that_deploys_itself_and_say_what_works() {
+    let cache = scratch("faithful-nokvm");
+    let _ = std::fs::remove_dir_all(&cache);
+    let out = cache.join("out");
+    let line = expect_error(
+        &cache,
+        &[
+            "generate",
+            &oci(RELEASE),
+            "qemu",
+            "--backend",
+            "nokvm",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        "ships its own ostree",
+    );
+    for w in ["nokvm", "--backend loopback", "--deploy-ostree host"] {
+        assert!(line.contains(w), "'{w}' not in: {line}");
+    }
+    assert!(!out.exists(), "output directory created");
+}
+
+/// A cache holding the faithful OS (imported by `inspect --import`) and a
+/// buildroot of it copied from a good run's and damaged by `damage`.
+fn damaged_buildroot(name: &str, damage: impl FnOnce(&Path)) -> PathBuf {
+    let good = own().root.join("cache/buildroot");
+    let good = std::fs::read_dir(&good)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().len() == 64)
+        .expect("no buildroot in the good run's cache")
+        .path();
+    let cache = scratch(name);
+    let _ = std::fs::remove_dir_all(&cache);
+    let info = ok_json(&cache, &["inspect", &oci(RELEASE), "--import", "--json"]);
+    let commit = info["os"]["import-commit"].as_str().unwrap();
+    let br = cache.join("buildroot").join(commit);
+    std::fs::create_dir_all(br.parent().unwrap()).unwrap();
+    must(Command::new("cp").arg("-a").arg(&good).arg(&br));
+    damage(&br);
+    cache
+}
+
+fn refused_with(cache: &Path, words: &[&str]) {
+    let out = cache.join("out");
+    let line = expect_error(
+        cache,
+        &[
+            "generate",
+            &oci(RELEASE),
+            "qemu",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        words[0],
+    );
+    for w in words {
+        assert!(line.contains(w), "'{w}' not in: {line}");
+    }
+    assert!(!out.exists(), "output directory created");
+    assert_no_loop_or_mount_of(cache);
+}
+
+/// Nothing of the run stays attached or mounted.
+fn assert_no_loop_or_mount_of(dir: &Path) {
+    let d = dir.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&d), "mounts left under {d}:\n{mounts}");
+    let loops = must(Command::new("losetup").args(["-l", "-n", "-O", "BACK-FILE"]));
+    assert!(!loops.contains(&d), "loop devices left on {d}:\n{loops}");
+}
+
+#[test]
+fn a_buildroot_whose_ostree_cannot_start_is_named() {
+    // The ELF interpreter gone: the kernel cannot start /usr/bin/ostree.
+    let cache = damaged_buildroot("faithful-noldso", |br| {
+        std::fs::remove_file(br.join("usr/lib64/ld-linux-x86-64.so.2")).unwrap();
+    });
+    refused_with(
+        &cache,
+        &[
+            "/usr/bin/ostree",
+            "does not run in its buildroot",
+            "remove that directory",
+        ],
+    );
+}
+
+#[test]
+fn an_os_ostree_of_an_arch_this_host_cannot_run_names_arch_and_package() {
+    // An aarch64 ELF header where the x86_64 ostree was (this host has no
+    // binfmt_misc handler for it: the run must say so before trying).
+    let cache = damaged_buildroot("faithful-aarch64", |br| {
+        let bin = br.join("usr/bin/ostree");
+        let mut head = vec![0u8; 64];
+        head[..4].copy_from_slice(b"\x7fELF");
+        head[4] = 2;
+        head[5] = 1;
+        head[18] = 0xb7;
+        std::fs::remove_file(&bin).unwrap();
+        std::fs::write(&bin, head).unwrap();
+    });
+    let registered = std::fs::read_to_string("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+        .is_ok_and(|s| s.starts_with("enabled"));
+    if registered {
+        // qemu-user runs it (and the fake binary fails): the probe's error.
+        refused_with(
+            &cache,
+            &["/usr/bin/ostree", "does not run in its buildroot"],
+        );
+    } else {
+        refused_with(
+            &cache,
+            &[
+                "/usr/bin/ostree",
+                "aarch64",
+                "qemu-user-static",
+                "qemu-aarch64",
+            ],
+        );
+    }
+}
