@@ -194,6 +194,143 @@ fn the_commit_carries_the_policy_labels_into_the_deployment() {
     );
 }
 
+/// How many files the OS's own setfiles, in no-act mode (`-n`), would
+/// relabel in `host` seen as the node path `at`, leaving out `exclude`:
+/// run in the good run's buildroot (the OS tree), in a private mount
+/// namespace, with `host` bound read-only.
+fn would_relabel(host: &Path, at: &str, exclude: &[&str]) -> (usize, String) {
+    let br = std::fs::read_dir(own().root.join("cache/buildroot"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().len() == 64)
+        .unwrap()
+        .path();
+    let cfg = std::fs::read_to_string(br.join("usr/etc/selinux/config")).unwrap();
+    let policy = cfg
+        .lines()
+        .find_map(|l| l.strip_prefix("SELINUXTYPE="))
+        .unwrap()
+        .trim();
+    let target = format!("/run/t{}", at.trim_end_matches('/'));
+    let mut args = vec!["-F".to_string(), "-v".into(), "-n".into()];
+    for e in exclude {
+        args.extend(["-e".into(), format!("/run/t{e}")]);
+    }
+    args.extend([
+        "-r".into(),
+        "/run/t".into(),
+        format!("/etc/selinux/{policy}/contexts/files/file_contexts"),
+        target.clone(),
+    ]);
+    let script = r#"set -e
+br=$1; host=$2; target=$3; shift 3
+mount --bind "$br" "$br"; mount -o remount,bind,ro "$br"
+mount -t proc proc "$br/proc"
+mount -t tmpfs tmpfs "$br/run"
+mount --bind "$br/usr/etc" "$br/etc"
+mkdir -p "$br$target"
+mount --rbind "$host" "$br$target"; mount -o remount,bind,ro "$br$target"
+exec chroot "$br" /usr/sbin/setfiles "$@""#;
+    let out = must(
+        Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(&br)
+            .arg(host)
+            .arg(&target)
+            .args(&args),
+    );
+    let n = out
+        .lines()
+        .filter(|l| l.starts_with("Would relabel "))
+        .count();
+    (n, out)
+}
+
+/// Per tree (physical root, /boot, the deployment's /etc, the stateroot's
+/// /var): what the OS's setfiles would relabel on `b`'s metal disk.
+fn relabel_counts(b: &Built, tag: &str) -> Vec<(&'static str, usize, String)> {
+    let raw = b.raw.join("metal.raw");
+    let len = std::fs::metadata(&raw).unwrap().len();
+    let dir = b.root.join(format!("mnt-relabel-{tag}"));
+    let root = Mnt::new(
+        &raw,
+        513 * MIB,
+        len - 513 * MIB - MIB,
+        "xfs",
+        "ro,norecovery,nouuid",
+        &dir.join("root"),
+    );
+    let boot = Mnt::new(
+        &raw,
+        129 * MIB,
+        384 * MIB,
+        "ext4",
+        "ro,noload",
+        &dir.join("boot"),
+    );
+    let stateroot = std::fs::read_dir(root.0.join("ostree/deploy"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let dep = std::fs::read_dir(stateroot.join("deploy"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().is_dir())
+        .unwrap()
+        .path();
+    let mut v = Vec::new();
+    for (what, host, at, ex) in [
+        (
+            "physical root",
+            root.0.clone(),
+            "/",
+            &["/ostree", "/boot"][..],
+        ),
+        ("/boot", boot.0.clone(), "/boot", &[][..]),
+        ("/etc", dep.join("etc"), "/etc", &[][..]),
+        ("/var", stateroot.join("var"), "/var", &[][..]),
+    ] {
+        let (n, out) = would_relabel(&host, at, ex);
+        v.push((what, n, out));
+    }
+    v
+}
+
+#[test]
+fn the_os_setfiles_would_relabel_nothing() {
+    let b = own();
+    assert!(
+        b.log.contains("SELinux: labelled with the OS's policy "),
+        "{}",
+        b.log
+    );
+    for (what, n, out) in relabel_counts(b, "own") {
+        eprintln!("{what}: the OS's setfiles -n would relabel {n} files");
+        assert_eq!(n, 0, "{what}: the OS's setfiles would relabel:\n{out}");
+    }
+    // The negative case: nothing of the OS ran on the host-deployed disk,
+    // and the same check finds its files unlabelled.
+    let host = relabel_counts(host(), "host");
+    for (what, n, _) in &host {
+        eprintln!("host-deployed {what}: would relabel {n} files");
+    }
+    let boot = host.iter().find(|(w, _, _)| *w == "/boot").unwrap();
+    assert!(
+        boot.1 > 0,
+        "the check found nothing to relabel on an unlabelled /boot"
+    );
+}
+
 fn check_composefs_boot(r: &boot::BootResult, platform: &str) {
     assert_eq!(r.marker.mode, Mode::Disk, "{}", r.marker);
     assert_eq!(r.marker.platform, platform, "{}", r.marker);

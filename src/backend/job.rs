@@ -5,6 +5,7 @@
 //! a throw-away VM that runs this same binary over the same job (see
 //! `backend::vm`). Everything else (fetching, importing, encoding,
 //! compressing, describing) stays on the host and needs no privileges.
+use crate::disk::selinux::Labeller;
 use crate::disk::{
     bios, bootupd, deploy, derive, gpt, grubcfg,
     layout::{Layout, DISK_GUID},
@@ -209,7 +210,8 @@ pub struct DiskOutput {
 impl DiskJob {
     /// Run the job with loop devices and mounts on this machine.
     pub fn run(&self, r: &Reporter) -> Result<DiskOutput> {
-        let mut out = self.build_base(r)?;
+        let labeller = self.labeller(r)?;
+        let mut out = self.build_base(r, labeller.as_ref())?;
         // zipl (s390x) runs from the deployment: the base disk's root,
         // mounted read-only once for every boot setting.
         let root = match self.boots.iter().any(|b| b.zipl_block_size.is_some()) {
@@ -223,7 +225,7 @@ impl DiskJob {
             };
             for b in &self.boots {
                 cancel::check()?;
-                let (img, ipl) = self.boot_image(&out, b, sysroot.as_deref())?;
+                let (img, ipl) = self.boot_image(&out, b, sysroot.as_deref(), labeller.as_ref())?;
                 out.boots.insert(b.key(), img);
                 if let Some(p) = ipl {
                     out.ipls.insert(b.key(), p);
@@ -237,6 +239,21 @@ impl DiskJob {
         Ok(out)
     }
 
+    /// The OS's SELinux labeller, when its own tools deploy it and it ships
+    /// a policy and setfiles (else the run says why nothing is labelled).
+    fn labeller(&self, r: &Reporter) -> Result<Option<Labeller<'_>>> {
+        let Some(b) = &self.buildroot else {
+            return Ok(None);
+        };
+        Ok(match Labeller::new(b)? {
+            Ok(l) => Some(l),
+            Err(why) => {
+                r.note(&format!("SELinux: nothing labelled: {why}"));
+                None
+            }
+        })
+    }
+
     /// The base disk's root filesystem, read-only.
     fn mount_base_root(&self, base: &DiskOutput) -> Result<Mounted> {
         let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
@@ -246,7 +263,7 @@ impl DiskJob {
     }
 
     /// GPT, filesystems, deployment, bootloaders.
-    fn build_base(&self, r: &Reporter) -> Result<DiskOutput> {
+    fn build_base(&self, r: &Reporter, labeller: Option<&Labeller>) -> Result<DiskOutput> {
         let d = &self.disk;
         let step = r.step("base disk");
         let path = self.work.join("base.raw");
@@ -292,6 +309,7 @@ impl DiskJob {
                     Some(b) => deploy::Tool::Os(b),
                     None => deploy::Tool::Host,
                 },
+                labeller,
             },
         )?;
         cancel::check()?;
@@ -364,6 +382,22 @@ impl DiskJob {
             let efi_tree = efi.as_ref().map(|_| efi_src.as_path());
             let bios = self.bios || boots_with.prep;
             self.write_bootupd(bj, &tree, efi_tree, bios, &boot, static_grub.is_some())?;
+        }
+        // /boot last, once everything on it is written (osbuild's
+        // org.osbuild.ostree.selinux labels /boot after the deploy).
+        if let Some(l) = labeller {
+            let n = l.label(&boot, "/boot")?;
+            let mut done: Vec<String> = dep
+                .labelled
+                .iter()
+                .map(|(at, n)| format!("{at} {n}"))
+                .collect();
+            done.push(format!("/boot {n}"));
+            r.note(&format!(
+                "SELinux: labelled with the OS's policy {} and setfiles (files per tree: {})",
+                l.policy,
+                done.join(", ")
+            ));
         }
         // The extents of the ostree objects, now that nothing else writes
         // to root and boot (the osmet files are packed from them).
@@ -659,6 +693,7 @@ impl DiskJob {
         base: &DiskOutput,
         b: &BootSetting,
         sysroot: Option<&Path>,
+        labeller: Option<&Labeller>,
     ) -> Result<(PathBuf, Option<PathBuf>)> {
         let key = b.key();
         let img = self.work.join(format!("boot-{key}.img"));
@@ -703,6 +738,10 @@ impl DiskJob {
             }
             None => None,
         };
+        // The platform's edits are new files: labelled like the rest.
+        if let Some(l) = labeller {
+            l.label(m.path(), "/boot")?;
+        }
         m.close()?;
         std::fs::rename(&part, &img).with_context(|| format!("renaming {}", img.display()))?;
         Ok((img, ipl))

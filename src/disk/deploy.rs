@@ -14,6 +14,10 @@ pub const FIRSTBOOT_STAMP: &str = "ignition.firstboot";
 pub const ALEPH: &str = ".coreos-aleph-version.json";
 /// Where platforms.json goes on the boot filesystem.
 pub const BOOT_PLATFORMS_JSON: &str = "coreos/platforms.json";
+/// Subtrees of the physical root that are not labelled as part of it: the
+/// deployment (labels from the commit) and the boot filesystem (labelled
+/// on its own).
+pub const PHYSICAL_ROOT_OWN_LABELS: [&str; 2] = ["/ostree", "/boot"];
 /// Repo configuration set on the sysroot repo (SPEC 2).
 pub const REPO_CONFIG: [(&str, &str); 3] = [
     ("sysroot.readonly", "true"),
@@ -37,6 +41,10 @@ pub struct Deploy<'a> {
     pub zipl: bool,
     /// Whose ostree lays the OS down.
     pub tool: Tool<'a>,
+    /// The OS's SELinux labeller: the physical root before init-fs, the
+    /// deployment's `/etc` and the stateroot's `/var` after the deploy
+    /// (`/boot` is the caller's, once it has written everything there).
+    pub labeller: Option<&'a super::selinux::Labeller<'a>>,
 }
 
 /// Whose ostree runs the init-fs, repo config, pull and deploy.
@@ -137,6 +145,8 @@ pub struct Deployed {
     pub deploy_dir: PathBuf,
     /// The BLS entries ostree wrote, relative to the boot filesystem.
     pub entries: Vec<PathBuf>,
+    /// Files labelled per tree (`/`, `/etc`, `/var`).
+    pub labelled: Vec<(String, usize)>,
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<()> {
@@ -191,6 +201,11 @@ pub fn deployment_root(root: &Path) -> Result<PathBuf> {
 
 pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     let t = Runner::new(d.tool, root, d.source_repo);
+    let mut labelled = Vec::new();
+    // osbuild's org.osbuild.selinux on the (still empty) physical root.
+    if let Some(l) = d.labeller {
+        labelled.push(("/".to_string(), l.label(root, "/")?));
+    }
     let sysroot = format!("--sysroot={}", t.sysroot);
     let repo = format!("--repo={}/ostree/repo", t.sysroot);
     cmd::run(&mut t.ostree(vec![
@@ -258,12 +273,30 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         .context("setting sysroot.bootloader in the sysroot repo")?;
     }
     let dep = deployment_root(root)?;
+    if let Some(l) = d.labeller {
+        labelled.push(("/etc".into(), l.label(&dep.join("etc"), "/etc")?));
+        let var = dep
+            .parent()
+            .and_then(Path::parent)
+            .context("the deployment has no stateroot")?
+            .join("var");
+        labelled.push(("/var".into(), l.label(&var, "/var")?));
+    }
     write(
         &root.join(ALEPH),
         &serde_json::to_vec_pretty(&d.aleph).context("serialising the aleph file")?,
     )?;
     if let Some(p) = d.platforms_json {
         write(&boot.join(BOOT_PLATFORMS_JSON), p)?;
+    }
+    // What we wrote at the top of the physical root (the aleph file):
+    // labelled like the rest of it (`/ostree` holds the deployment, whose
+    // labels come from the commit; `/boot` is labelled on its own).
+    if let Some(l) = d.labeller {
+        let n = l.setfiles(root, "/", &PHYSICAL_ROOT_OWN_LABELS, false)?;
+        if let Some(e) = labelled.first_mut() {
+            e.1 += n;
+        }
     }
     let entries = bls_entries(&boot)?;
     if entries.is_empty() {
@@ -272,5 +305,6 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     Ok(Deployed {
         deploy_dir: dep.strip_prefix(root).unwrap_or(&dep).to_path_buf(),
         entries,
+        labelled,
     })
 }
