@@ -529,3 +529,36 @@ fn an_os_ostree_of_an_arch_this_host_cannot_run_names_arch_and_package() {
         );
     }
 }
+
+#[test]
+fn aleph_and_repo_config_as_cosa_writes_them() {
+    let b = own();
+    let raw = b.raw.join("metal.raw");
+    let len = std::fs::metadata(&raw).unwrap().len();
+    let root = Mnt::new(
+        &raw,
+        513 * MIB,
+        len - 513 * MIB - MIB,
+        "xfs",
+        "ro,norecovery,nouuid",
+        &b.root.join("mnt-aleph"),
+    );
+    // osbuild org.osbuild.ostree.aleph: the file and its coreos_compat link.
+    let link = std::fs::read_link(root.0.join(".coreos-aleph-version.json")).unwrap();
+    assert_eq!(link, Path::new(".aleph-version.json"));
+    let aleph: Value = serde_json::from_slice(&read(&root.0.join(".aleph-version.json"))).unwrap();
+    let img = &aleph["container-image"];
+    assert_eq!(img["image-digest"], os()["digest"], "{aleph}");
+    assert_eq!(img["image-labels"]["containers.bootc"], "1", "{aleph}");
+    assert_eq!(aleph["version"], os()["version"], "{aleph}");
+    // cosa build.common.ipp.yaml's repo config (not s390x).
+    let cfg = std::fs::read_to_string(root.0.join("ostree/repo/config")).unwrap();
+    for line in [
+        "bls-append-except-default=grub_users=\"\"",
+        "readonly=true",
+        "bootloader=none",
+        "bootprefix=true",
+    ] {
+        assert!(cfg.lines().any(|l| l == line), "{line:?} not in:\n{cfg}");
+    }
+}

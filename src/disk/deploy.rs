@@ -10,14 +10,21 @@ use std::path::{Path, PathBuf};
 
 /// The stamp file GRUB looks for on the boot filesystem (SPEC 2).
 pub const FIRSTBOOT_STAMP: &str = "ignition.firstboot";
-/// The aleph version file at the root of the root filesystem.
-pub const ALEPH: &str = ".coreos-aleph-version.json";
+/// The aleph version file at the root of the root filesystem, as osbuild's
+/// `org.osbuild.ostree.aleph` names it (`ALEPH_FILENAME`)...
+pub const ALEPH: &str = ".aleph-version.json";
+/// ...and the name CoreOS tools read (bootupd, coreos-installer), a symlink
+/// to it (the stage's `coreos_compat`).
+pub const ALEPH_COREOS: &str = ".coreos-aleph-version.json";
 /// Where platforms.json goes on the boot filesystem.
 pub const BOOT_PLATFORMS_JSON: &str = "coreos/platforms.json";
 /// Subtrees of the physical root that are not labelled as part of it: the
 /// deployment (labels from the commit) and the boot filesystem (labelled
 /// on its own).
 pub const PHYSICAL_ROOT_OWN_LABELS: [&str; 2] = ["/ostree", "/boot"];
+/// Set on the sysroot repo of every arch but s390x (cosa).
+pub const BLS_APPEND_EXCEPT_DEFAULT: (&str, &str) =
+    ("sysroot.bls-append-except-default", "grub_users=\"\"");
 /// Repo configuration set on the sysroot repo (SPEC 2).
 pub const REPO_CONFIG: [(&str, &str); 3] = [
     ("sysroot.readonly", "true"),
@@ -136,6 +143,13 @@ pub struct AlephImage {
     pub image_digest: String,
     #[serde(rename = "container-imgref")]
     pub container_imgref: String,
+    /// The image's labels (osbuild's aleph stage writes them).
+    #[serde(
+        rename = "image-labels",
+        default,
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
+    pub image_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The deployment made.
@@ -232,6 +246,19 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         ])?)
         .with_context(|| format!("setting {k} in the sysroot repo"))?;
     }
+    if !d.zipl {
+        // cosa build.common.ipp.yaml, every arch but s390x: entries other
+        // than the default get `grub_users ""` (anyone may boot them).
+        let (k, v) = BLS_APPEND_EXCEPT_DEFAULT;
+        cmd::run(&mut t.ostree(vec![
+            "config".into(),
+            repo.clone(),
+            "set".into(),
+            k.into(),
+            v.into(),
+        ])?)
+        .with_context(|| format!("setting {k} in the sysroot repo"))?;
+    }
     crate::util::cancel::check()?;
     cmd::run(&mut t.ostree(vec![
         "pull-local".into(),
@@ -286,6 +313,8 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         &root.join(ALEPH),
         &serde_json::to_vec_pretty(&d.aleph).context("serialising the aleph file")?,
     )?;
+    std::os::unix::fs::symlink(ALEPH, root.join(ALEPH_COREOS))
+        .with_context(|| format!("linking /{ALEPH_COREOS} to {ALEPH}"))?;
     if let Some(p) = d.platforms_json {
         write(&boot.join(BOOT_PLATFORMS_JSON), p)?;
     }

@@ -111,6 +111,8 @@ pub(super) struct Builder<'a> {
     pub(super) erofs: Option<live::erofs::Options>,
     /// What the OS ships for bootupd, when it ships its metadata.
     pub(super) bootupd: Option<BootupdInfo>,
+    /// The OS image's labels (for the aleph file).
+    pub(super) image_labels: std::collections::BTreeMap<String, String>,
     /// `--aws-register`: where and what to register the aws disk as.
     pub(super) aws: Option<(
         &'a crate::publish::aws::Session,
@@ -142,6 +144,7 @@ impl Builder<'_> {
                         "ostree-unverified-registry:{}",
                         self.resolved.os_pullspec
                     ),
+                    image_labels: self.image_labels.clone(),
                 }
             }),
         }

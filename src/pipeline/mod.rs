@@ -108,6 +108,11 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<()> {
         syslinux,
         erofs,
         bootupd,
+        image_labels: loaded
+            .import
+            .as_ref()
+            .map(|(rec, _)| rec.labels.clone())
+            .unwrap_or_default(),
         aws: aws.as_ref().zip(ami_spec.as_ref()),
     };
     let mut job = b.disk_job()?;

@@ -417,7 +417,7 @@ pub fn note_os_requests(
         ));
     }
     if os.config.image.bootc_install_to_fs.value {
-        r.note("bootc-install-to-fs: the OS's image.json asks to be installed by its own bootc (`bootc install to-filesystem`, as coreos-assembler does for it); this tool does not run the OS's bootc: it deploys the commit with ostree (`ostree admin deploy`) and installs the bootloader from the OS's bootupd payload, as coreos-assembler's non-bootc path does. What differs: no /ostree/bootc state or .bootc-aleph.json (the aleph file is /.coreos-aleph-version.json, not a link to .bootc-aleph.json), the origin file is written by this tool, and anything the OS's bootc install configuration (/usr/lib/bootc/install/*.toml) sets, such as root filesystem type or kargs, is not applied");
+        r.note("bootc-install-to-fs: the OS's image.json asks to be installed by its own bootc (`bootc install to-filesystem`, as coreos-assembler does for it); this tool does not run the OS's bootc: it deploys the commit with ostree (`ostree admin deploy`) and installs the bootloader from the OS's bootupd payload, as coreos-assembler's non-bootc path does. What differs: no /ostree/bootc state or .bootc-aleph.json (the aleph file is osbuild's /.aleph-version.json with /.coreos-aleph-version.json a link to it, not .bootc-aleph.json), the origin file is written by this tool, and anything the OS's bootc install configuration (/usr/lib/bootc/install/*.toml) sets, such as root filesystem type or kargs, is not applied");
     }
     if let Some(o) = erofs {
         let mut msg = format!(
