@@ -28,6 +28,7 @@ struct Built {
 
 fn build(cell: &'static OnceLock<Built>, name: &str, extra: &[&str]) -> &'static Built {
     cell.get_or_init(|| {
+        os();
         let root = scratch(name);
         let _ = std::fs::remove_dir_all(&root);
         let raw = root.join("raw");
@@ -64,7 +65,12 @@ fn host() -> &'static Built {
 }
 
 fn os() -> &'static Value {
-    &fx()["release_faithful"]["os"]
+    let r = &fx()["release_faithful"];
+    assert!(
+        r.is_object(),
+        "the fixture has no faithful OS (fixtures/build.sh builds it as root only)"
+    );
+    &r["os"]
 }
 
 /// The OS's ostree version as `ostree --version` prints it: the Debian
@@ -130,64 +136,100 @@ fn the_os_own_ostree_deploys_and_says_so() {
     let d = &h.meta["images"]["metal"]["ostree-deploy"];
     assert_eq!(d["tool"], "host", "{d}");
     assert_eq!(d["reason"], "--deploy-ostree host", "{d}");
+    // What that costs is said: no composefs image, no labels.
+    assert_eq!(d["composefs-image"], false, "{d}");
+    assert_eq!(d["selinux-labelled"], false, "{d}");
+    assert!(
+        h.log
+            .contains("this ostree writes no composefs image: its disks stop in the initramfs"),
+        "{}",
+        h.log
+    );
+    assert!(h.log.contains("SELinux: nothing labelled"), "{}", h.log);
 }
 
-/// The deployment directory on a disk's root filesystem (mounted ro).
-fn with_deployment<T>(b: &Built, f: impl FnOnce(&Path) -> T) -> T {
+/// `b`'s metal disk mounted read-only: its root filesystem, its boot
+/// filesystem (with `boot`), the stateroot and the deployment in it.
+struct Metal {
+    root: Mnt,
+    boot: Option<Mnt>,
+    stateroot: PathBuf,
+    deployment: PathBuf,
+}
+
+fn metal(b: &Built, tag: &str, boot: bool) -> Metal {
     let raw = b.raw.join("metal.raw");
     let len = std::fs::metadata(&raw).unwrap().len();
-    let dir = b.root.join("mnt-root");
+    let dir = b.root.join(format!("mnt-{tag}"));
     let root = Mnt::new(
         &raw,
         513 * MIB,
         len - 513 * MIB - MIB,
         "xfs",
         "ro,norecovery,nouuid",
-        &dir,
+        &dir.join("root"),
     );
-    let base = root.0.join("ostree/deploy");
-    let stateroot = std::fs::read_dir(&base)
+    let boot = boot.then(|| {
+        Mnt::new(
+            &raw,
+            129 * MIB,
+            384 * MIB,
+            "ext4",
+            "ro,noload",
+            &dir.join("boot"),
+        )
+    });
+    let stateroot = std::fs::read_dir(root.0.join("ostree/deploy"))
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
         .path();
-    let dep = std::fs::read_dir(stateroot.join("deploy"))
+    let deployment = std::fs::read_dir(stateroot.join("deploy"))
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| e.path().is_dir())
         .unwrap()
         .path();
-    f(&dep)
+    Metal {
+        root,
+        boot,
+        stateroot,
+        deployment,
+    }
 }
 
 #[test]
 fn only_the_os_ostree_writes_the_composefs_image() {
     // What prepare-root opens (the boots below are the judgement; this
     // says where the difference lies).
-    let has = |b: &Built| with_deployment(b, |d| d.join(".ostree.cfs").is_file());
+    let has = |b: &Built, tag: &str| {
+        metal(b, tag, false)
+            .deployment
+            .join(".ostree.cfs")
+            .is_file()
+    };
     assert!(
-        has(own()),
+        has(own(), "cfs-own"),
         "no .ostree.cfs in the deployment made by the OS's ostree"
     );
     assert!(
-        !has(host()),
+        !has(host(), "cfs-host"),
         "the host's ostree 2022.7 wrote a .ostree.cfs?"
     );
 }
 
 #[test]
 fn the_commit_carries_the_policy_labels_into_the_deployment() {
-    let label = with_deployment(own(), |d| {
-        must(
-            Command::new("python3")
-                .args([
-                    "-c",
-                    "import os, sys; print(os.getxattr(sys.argv[1], 'security.selinux').decode())",
-                ])
-                .arg(d.join("usr/bin/ostree")),
-        )
-    });
+    let m = metal(own(), "labels", false);
+    let label = must(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys; print(os.getxattr(sys.argv[1], 'security.selinux').decode())",
+            ])
+            .arg(m.deployment.join("usr/bin/ostree")),
+    );
     assert_eq!(
         label.trim().trim_end_matches('\0'),
         "system_u:object_r:bin_t:s0"
@@ -257,48 +299,19 @@ exec chroot "$br" /usr/sbin/setfiles "$@""#;
 /// Per tree (physical root, /boot, the deployment's /etc, the stateroot's
 /// /var): what the OS's setfiles would relabel on `b`'s metal disk.
 fn relabel_counts(b: &Built, tag: &str) -> Vec<(&'static str, usize, String)> {
-    let raw = b.raw.join("metal.raw");
-    let len = std::fs::metadata(&raw).unwrap().len();
-    let dir = b.root.join(format!("mnt-relabel-{tag}"));
-    let root = Mnt::new(
-        &raw,
-        513 * MIB,
-        len - 513 * MIB - MIB,
-        "xfs",
-        "ro,norecovery,nouuid",
-        &dir.join("root"),
-    );
-    let boot = Mnt::new(
-        &raw,
-        129 * MIB,
-        384 * MIB,
-        "ext4",
-        "ro,noload",
-        &dir.join("boot"),
-    );
-    let stateroot = std::fs::read_dir(root.0.join("ostree/deploy"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let dep = std::fs::read_dir(stateroot.join("deploy"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .find(|e| e.path().is_dir())
-        .unwrap()
-        .path();
+    let m = metal(b, &format!("relabel-{tag}"), true);
+    let boot = m.boot.as_ref().unwrap().0.clone();
     let mut v = Vec::new();
     for (what, host, at, ex) in [
         (
             "physical root",
-            root.0.clone(),
+            m.root.0.clone(),
             "/",
             &["/ostree", "/boot"][..],
         ),
-        ("/boot", boot.0.clone(), "/boot", &[][..]),
-        ("/etc", dep.join("etc"), "/etc", &[][..]),
-        ("/var", stateroot.join("var"), "/var", &[][..]),
+        ("/boot", boot, "/boot", &[][..]),
+        ("/etc", m.deployment.join("etc"), "/etc", &[][..]),
+        ("/var", m.stateroot.join("var"), "/var", &[][..]),
     ] {
         let (n, out) = would_relabel(&host, at, ex);
         v.push((what, n, out));
@@ -423,7 +436,12 @@ fn vm_backends_refuse_an_os_that_deploys_itself_and_say_what_works() {
         ],
         "ships its own ostree",
     );
-    for w in ["nokvm", "--backend loopback", "--deploy-ostree host"] {
+    for w in [
+        "nokvm",
+        "requires a composefs root",
+        "--backend loopback",
+        "--deploy-ostree host",
+    ] {
         assert!(line.contains(w), "'{w}' not in: {line}");
     }
     assert!(!out.exists(), "output directory created");
@@ -467,16 +485,22 @@ fn refused_with(cache: &Path, words: &[&str]) {
         assert!(line.contains(w), "'{w}' not in: {line}");
     }
     assert!(!out.exists(), "output directory created");
-    assert_no_loop_or_mount_of(cache);
+    assert_no_partial_buildroot(cache);
 }
 
-/// Nothing of the run stays attached or mounted.
-fn assert_no_loop_or_mount_of(dir: &Path) {
-    let d = dir.display().to_string();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains(&d), "mounts left under {d}:\n{mounts}");
-    let loops = must(Command::new("losetup").args(["-l", "-n", "-O", "BACK-FILE"]));
-    assert!(!loops.contains(&d), "loop devices left on {d}:\n{loops}");
+/// No half-made buildroot (`.<commit>.<pid>`) is left in the cache (its
+/// mounts live in a namespace that ends with the command, so none can be
+/// left on the host).
+fn assert_no_partial_buildroot(cache: &Path) {
+    let Ok(rd) = std::fs::read_dir(cache.join("buildroot")) else {
+        return;
+    };
+    let partial: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(partial.is_empty(), "partial buildroots left: {partial:?}");
 }
 
 #[test]
@@ -532,17 +556,7 @@ fn an_os_ostree_of_an_arch_this_host_cannot_run_names_arch_and_package() {
 
 #[test]
 fn aleph_and_repo_config_as_cosa_writes_them() {
-    let b = own();
-    let raw = b.raw.join("metal.raw");
-    let len = std::fs::metadata(&raw).unwrap().len();
-    let root = Mnt::new(
-        &raw,
-        513 * MIB,
-        len - 513 * MIB - MIB,
-        "xfs",
-        "ro,norecovery,nouuid",
-        &b.root.join("mnt-aleph"),
-    );
+    let root = metal(own(), "aleph", false).root;
     // osbuild org.osbuild.ostree.aleph: the file and its coreos_compat link.
     let link = std::fs::read_link(root.0.join(".coreos-aleph-version.json")).unwrap();
     assert_eq!(link, Path::new(".aleph-version.json"));

@@ -84,6 +84,38 @@ pub fn os_has_ostree(repo: &Repo, commit: &str) -> Result<bool> {
         .any(|(dir, name)| !dir && name == "ostree"))
 }
 
+/// Where an OS says whether its root must be composefs (read by its
+/// ostree-prepare-root from the initramfs, and by its ostree at deploy).
+pub const PREPARE_ROOT_CONF: &str = "/usr/lib/ostree/prepare-root.conf";
+
+/// Whether a `prepare-root.conf` makes composefs required: `[composefs]
+/// enabled` = `yes` (or another GLib true: `true`, `1`), `verity` or
+/// `signed` (ostree `otcore_load_rootfs_config`; `maybe` and `no` boot
+/// without a composefs image).
+pub fn composefs_required(conf: &str) -> bool {
+    let mut section = "";
+    for l in conf.lines().map(str::trim) {
+        if let Some(s) = l.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            section = s;
+        } else if section == "composefs" {
+            if let Some((k, v)) = l.split_once('=') {
+                if k.trim() == "enabled" {
+                    return matches!(
+                        v.trim().to_ascii_lowercase().as_str(),
+                        "yes" | "true" | "1" | "verity" | "signed"
+                    );
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Whether `ostree --version` output lists the composefs feature.
+pub fn has_composefs_feature(out: &str) -> bool {
+    out.lines().any(|l| l.trim() == "- composefs")
+}
+
 /// The version line of `ostree --version` output (`  Version: '2026.4'`).
 pub fn parse_ostree_version(out: &str) -> Option<String> {
     out.lines().find_map(|l| {
@@ -118,7 +150,7 @@ const BINFMT_DIR: &str = "/proc/sys/fs/binfmt_misc";
 /// natively, or through qemu-user registered with binfmt_misc under
 /// `binfmt_dir`). `what` names the binary.
 pub fn cannot_run(what: &str, arch: &str, binfmt_dir: &Path) -> Option<String> {
-    let host = std::env::consts::ARCH;
+    let host = crate::util::arch::host_arch();
     if arch == host {
         return None;
     }
@@ -186,7 +218,10 @@ impl Buildroot {
             });
             if let Err(e) = res {
                 let _ = std::fs::remove_dir_all(&tmp);
-                return Err(e);
+                // Another run made the same buildroot meanwhile: use it.
+                if !dir.join(OSTREE).exists() {
+                    return Err(e);
+                }
             }
         }
         let bin = dir.join(OSTREE);
@@ -230,7 +265,8 @@ impl Buildroot {
             "setup-{}.sh",
             &crate::util::sha256_hex(SETUP.as_bytes())[..12]
         ));
-        if !p.is_file() {
+        // Rewritten unless it holds exactly this script: root runs it.
+        if std::fs::read(&p).ok().as_deref() != Some(SETUP.as_bytes()) {
             let tmp = base.join(format!(".setup.{}", std::process::id()));
             std::fs::write(&tmp, SETUP).with_context(|| format!("writing {}", tmp.display()))?;
             std::fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))?;
@@ -241,10 +277,21 @@ impl Buildroot {
     /// `argv` run inside the buildroot with `binds`.
     pub fn command(&self, binds: &[Bind], argv: &[&str]) -> Result<Command> {
         let mut c = Command::new("unshare");
-        c.args(["--mount", "--propagation", "private", "--", "sh"])
-            .arg(self.setup_script()?)
-            .arg(&self.dir)
-            .arg(binds.len().to_string());
+        // A PID namespace too: whatever the OS's program starts dies with
+        // it, and unshare (the parent) takes it down if we are killed.
+        c.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--",
+            "sh",
+        ])
+        .arg(self.setup_script()?)
+        .arg(&self.dir)
+        .arg(binds.len().to_string());
         for b in binds {
             c.arg(&b.host)
                 .arg(&b.guest)
@@ -265,15 +312,17 @@ pub fn prune(cache_dir: &Path, repo: &Repo) -> Result<Vec<String>> {
     for e in rd {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("setup-") {
+        let is_commit = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !e.file_type()?.is_dir() {
             continue;
         }
-        let keep = match name.strip_prefix('.') {
+        let keep = match name.strip_prefix('.').and_then(|r| r.rsplit_once('.')) {
             // A checkout under way: kept while the run making it lives.
-            Some(rest) => rest
-                .rsplit_once('.')
-                .is_some_and(|(_, pid)| Path::new("/proc").join(pid).exists()),
-            None => repo.has_commit(&name),
+            Some((c, pid)) if is_commit(c) => Path::new("/proc").join(pid).exists(),
+            // Not ours: left alone.
+            Some(_) => true,
+            None if is_commit(&name) => repo.has_commit(&name),
+            None => true,
         };
         if !keep {
             std::fs::remove_dir_all(e.path())
@@ -297,6 +346,25 @@ mod tests {
     }
 
     #[test]
+    fn composefs_requirement() {
+        let yes = "# rhel-coreos-config\n[composefs]\nenabled = yes\n";
+        assert!(composefs_required(yes));
+        assert!(composefs_required("[composefs]\nenabled=verity\n"));
+        assert!(composefs_required(
+            "[sysroot]\nreadonly=true\n[composefs]\nenabled = true\n"
+        ));
+        assert!(!composefs_required("[composefs]\nenabled = maybe\n"));
+        assert!(!composefs_required("[composefs]\nenabled = no\n"));
+        assert!(!composefs_required("[sysroot]\nenabled = yes\n"));
+        assert!(!composefs_required(""));
+        let v = "libostree:\n Version: '2026.4'\n Features:\n  - libcurl\n  - composefs\n";
+        assert!(has_composefs_feature(v));
+        assert!(!has_composefs_feature(
+            " Features:\n  - libcurl\n  - composefs-like\n"
+        ));
+    }
+
+    #[test]
     fn elf_machine() {
         let mut h = [0u8; 20];
         h[..4].copy_from_slice(b"\x7fELF");
@@ -317,8 +385,8 @@ mod tests {
     #[test]
     fn foreign_binaries_need_a_registered_qemu() {
         let d = tempfile::tempdir().unwrap();
-        let host = std::env::consts::ARCH;
-        assert_eq!(cannot_run("/usr/bin/ostree", host, d.path()), None);
+        let host = crate::util::arch::host_arch();
+        assert_eq!(cannot_run("/usr/bin/ostree", &host, d.path()), None);
         let other = if host == "s390x" { "aarch64" } else { "s390x" };
         let why = cannot_run("the OS's /usr/bin/ostree", other, d.path()).unwrap();
         for w in [

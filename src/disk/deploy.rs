@@ -236,7 +236,7 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         d.osname.into(),
     ])?)
     .with_context(|| format!("ostree admin os-init {}", d.osname))?;
-    for (k, v) in REPO_CONFIG {
+    let config_set = |k: &str, v: &str| -> Result<()> {
         cmd::run(&mut t.ostree(vec![
             "config".into(),
             repo.clone(),
@@ -245,19 +245,16 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
             v.into(),
         ])?)
         .with_context(|| format!("setting {k} in the sysroot repo"))?;
+        Ok(())
+    };
+    for (k, v) in REPO_CONFIG {
+        config_set(k, v)?;
     }
     if !d.zipl {
         // cosa build.common.ipp.yaml, every arch but s390x: entries other
         // than the default get `grub_users ""` (anyone may boot them).
         let (k, v) = BLS_APPEND_EXCEPT_DEFAULT;
-        cmd::run(&mut t.ostree(vec![
-            "config".into(),
-            repo.clone(),
-            "set".into(),
-            k.into(),
-            v.into(),
-        ])?)
-        .with_context(|| format!("setting {k} in the sysroot repo"))?;
+        config_set(k, v)?;
     }
     crate::util::cancel::check()?;
     cmd::run(&mut t.ostree(vec![
@@ -290,14 +287,7 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     if d.zipl {
         // cosa build.common.ipp.yaml: `bootloader: zipl` once deployed, so
         // that later updates on the machine run zipl.
-        cmd::run(&mut t.ostree(vec![
-            "config".into(),
-            repo.clone(),
-            "set".into(),
-            "sysroot.bootloader".into(),
-            "zipl".into(),
-        ])?)
-        .context("setting sysroot.bootloader in the sysroot repo")?;
+        config_set("sysroot.bootloader", "zipl")?;
     }
     let dep = deployment_root(root)?;
     if let Some(l) = d.labeller {

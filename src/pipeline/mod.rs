@@ -244,16 +244,12 @@ fn deployer(
     use crate::disk::buildroot::{self, Buildroot};
     let repo = &loaded.cache.repo;
     let ships = buildroot::os_has_ostree(repo, &os.commit)?;
+    let requires_cfs = repo
+        .read_file(&os.commit, buildroot::PREPARE_ROOT_CONF)?
+        .is_some_and(|c| buildroot::composefs_required(&String::from_utf8_lossy(&c)));
     let mut details = serde_json::Map::new();
-    if ships && s.deploy_with_os {
-        if plan.backend.name != "loopback" {
-            bail!(
-                "OS {} {} ships its own ostree, which deploys it, and the {} backend cannot run it yet: use --backend loopback (as root), or --deploy-ostree host to deploy with the VM's ostree (an OS that requires composefs then does not boot)",
-                plan.name,
-                plan.version,
-                plan.backend.name
-            );
-        }
+    let vm = plan.backend.name != "loopback";
+    if ships && s.deploy_with_os && !vm {
         let step = reporter.step("buildroot");
         let b = Buildroot::prepare(&loaded.cache.dir, repo, &os.commit, &plan.release.arch)?;
         step.done(&format!("ostree {}", b.ostree_version));
@@ -266,15 +262,48 @@ fn deployer(
         details.insert("ostree-version".into(), b.ostree_version.clone().into());
         return Ok((Some(b), details));
     }
-    let host = crate::util::cmd::run_str(&mut crate::util::cmd::new("ostree", ["--version"]))
-        .ok()
-        .and_then(|o| buildroot::parse_ostree_version(&o))
-        .unwrap_or_else(|| "(version unknown)".into());
-    let why = match ships {
-        true => "--deploy-ostree host",
-        false => "the OS image ships no /usr/bin/ostree",
+    if ships && s.deploy_with_os && requires_cfs {
+        bail!(
+            "OS {} {} requires a composefs root ({} [composefs] enabled) and ships its own ostree, which writes it; the {} backend cannot run that ostree yet, and its VM's ostree writes no composefs image: use --backend loopback (as root), or --deploy-ostree host to build disks that will not boot",
+            plan.name,
+            plan.version,
+            buildroot::PREPARE_ROOT_CONF,
+            plan.backend.name
+        );
+    }
+    // This machine's ostree (the VM's, with a VM backend).
+    let out = crate::util::cmd::run_str(&mut crate::util::cmd::new("ostree", ["--version"]))
+        .unwrap_or_default();
+    let host = buildroot::parse_ostree_version(&out).unwrap_or_else(|| "(version unknown)".into());
+    let why = if !ships {
+        "the OS image ships no /usr/bin/ostree".to_string()
+    } else if !s.deploy_with_os {
+        "--deploy-ostree host".to_string()
+    } else {
+        format!(
+            "the {} backend cannot run the OS's own ostree yet; the OS does not require composefs",
+            plan.backend.name
+        )
     };
-    reporter.note(&format!("deploy: this machine's ostree {host} ({why})"));
+    let whose = if vm { "the VM's" } else { "this machine's" };
+    reporter.note(&format!("deploy: {whose} ostree {host} ({why})"));
+    if requires_cfs && !buildroot::has_composefs_feature(&out) {
+        reporter.note(&format!(
+            "warning: the OS requires a composefs root ({} [composefs] enabled) and this ostree writes no composefs image: its disks stop in the initramfs (ostree-prepare-root: composefs: failed to mount)",
+            buildroot::PREPARE_ROOT_CONF
+        ));
+        details.insert("composefs-image".into(), false.into());
+    }
+    if ships
+        && repo
+            .read_file(&os.commit, "/usr/etc/selinux/config")?
+            .is_some()
+    {
+        reporter.note(&format!(
+            "SELinux: nothing labelled: the OS's setfiles runs only where its own ostree deploys ({why})"
+        ));
+        details.insert("selinux-labelled".into(), false.into());
+    }
     details.insert("tool".into(), "host".into());
     details.insert("ostree-version".into(), host.into());
     details.insert("reason".into(), why.into());

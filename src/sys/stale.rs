@@ -283,18 +283,27 @@ pub fn loops() -> Vec<(PathBuf, PathBuf)> {
         .collect()
 }
 
-/// Bytes allocated under `p` (not following symlinks or crossing mounts).
+/// Bytes allocated under `p` (not following symlinks or crossing mounts),
+/// each file once however many hard links it has (the OS buildroots
+/// hardlink the cache repo's objects).
 pub fn du(p: &Path) -> u64 {
+    du_once(p, &mut std::collections::HashSet::new())
+}
+
+fn du_once(p: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(m) = std::fs::symlink_metadata(p) else {
         return 0;
     };
+    if m.nlink() > 1 && !m.is_dir() && !seen.insert((m.dev(), m.ino())) {
+        return 0;
+    }
     let mut n = m.blocks() * 512;
     if m.is_dir() {
         if let Ok(rd) = std::fs::read_dir(p) {
             for e in rd.flatten() {
                 if e.metadata().is_ok_and(|c| c.dev() == m.dev()) {
-                    n += du(&e.path());
+                    n += du_once(&e.path(), seen);
                 }
             }
         }
@@ -305,6 +314,17 @@ pub fn du(p: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn du_counts_hard_links_once() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a"), vec![1u8; 1 << 20]).unwrap();
+        let one = du(d.path());
+        std::fs::hard_link(d.path().join("a"), d.path().join("b")).unwrap();
+        assert_eq!(du(d.path()), one);
+        std::fs::write(d.path().join("c"), vec![1u8; 1 << 20]).unwrap();
+        assert!(du(d.path()) >= one + (1 << 20));
+    }
 
     #[test]
     fn names_carry_their_owner() {
