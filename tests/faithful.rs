@@ -576,3 +576,98 @@ fn aleph_and_repo_config_as_cosa_writes_them() {
         assert!(cfg.lines().any(|l| l == line), "{line:?} not in:\n{cfg}");
     }
 }
+
+/// Processes whose command line names the buildroot's binds (the OS's
+/// ostree or setfiles at work), as `pid cmdline`.
+fn buildroot_processes() -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains("/run/bootimage/") && !c.contains("unshare") {
+                v.push(format!("{name} {c}"));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn a_run_killed_while_the_os_tools_work_leaves_nothing() {
+    // SIGKILL the run as soon as one of the OS's programs runs in the
+    // buildroot: the PID namespace takes that program, the mount namespace
+    // its mounts; then a run on the same cache must build.
+    os();
+    let root = scratch("faithful-kill");
+    let _ = std::fs::remove_dir_all(&root);
+    let cache = root.join("cache");
+    let out = root.join("out");
+    let mut caught = None;
+    for attempt in 0..3 {
+        let _ = std::fs::remove_dir_all(&out);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+            .args([
+                "generate",
+                &oci(RELEASE),
+                "qemu",
+                "--no-ostree-archive",
+                "-o",
+            ])
+            .arg(&out)
+            .env("BOOTIMAGE_GEN_CACHE_DIR", &cache)
+            .env("HOME", &cache)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() && t.elapsed().as_secs() < 300 {
+            let p = buildroot_processes();
+            if !p.is_empty() {
+                child.kill().unwrap();
+                caught = Some(p);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let _ = child.wait();
+        if caught.is_some() {
+            eprintln!("attempt {attempt}: killed the run while {caught:?} ran");
+            break;
+        }
+    }
+    let caught = caught.expect("no buildroot program seen in 3 runs");
+    // Give the kernel a moment to reap the namespace.
+    let t = std::time::Instant::now();
+    while !buildroot_processes().is_empty() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        buildroot_processes().is_empty(),
+        "still running after the kill (was {caught:?}): {:?}",
+        buildroot_processes()
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let br = cache.join("buildroot").display().to_string();
+    assert!(!mounts.contains(&br), "buildroot mounts left:\n{mounts}");
+    // The next run recovers what the killed one left (loop devices, its
+    // work directory) and builds.
+    let _ = std::fs::remove_dir_all(&out);
+    let o = run(
+        &cache,
+        &[
+            "generate",
+            &oci(RELEASE),
+            "qemu",
+            "--no-ostree-archive",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_no_partial_buildroot(&cache);
+}
