@@ -578,8 +578,10 @@ fn aleph_and_repo_config_as_cosa_writes_them() {
 }
 
 /// Processes whose command line names the buildroot's binds (the OS's
-/// ostree or setfiles at work), as `pid cmdline`.
-fn buildroot_processes() -> Vec<String> {
+/// ostree or setfiles at work) and `of` (a run's cache: other tests run
+/// beside this one), as `pid cmdline`.
+fn buildroot_processes(of: &Path) -> Vec<String> {
+    let of = of.display().to_string();
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -588,7 +590,7 @@ fn buildroot_processes() -> Vec<String> {
         }
         if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
             let c = String::from_utf8_lossy(&c).replace('\0', " ");
-            if c.contains("/run/bootimage/") && !c.contains("unshare") {
+            if c.contains("/run/bootimage/") && c.contains(&of) && !c.contains("unshare") {
                 v.push(format!("{name} {c}"));
             }
         }
@@ -628,7 +630,7 @@ fn a_run_killed_while_the_os_tools_work_leaves_nothing() {
         while child.try_wait().unwrap().is_none() && t.elapsed().as_secs() < 300 {
             // The OS's `ostree admin deploy`: it runs for a second or more,
             // so whatever outlives the kill is seen below.
-            let p: Vec<String> = buildroot_processes()
+            let p: Vec<String> = buildroot_processes(&cache)
                 .into_iter()
                 .filter(|p| p.contains("/usr/bin/ostree admin deploy"))
                 .collect();
@@ -649,13 +651,13 @@ fn a_run_killed_while_the_os_tools_work_leaves_nothing() {
     // The namespace's processes die with the run (a moment to reap them;
     // far less than the deploy would have gone on for).
     let t = std::time::Instant::now();
-    while !buildroot_processes().is_empty() && t.elapsed().as_millis() < 300 {
+    while !buildroot_processes(&cache).is_empty() && t.elapsed().as_millis() < 300 {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(
-        buildroot_processes().is_empty(),
+        buildroot_processes(&cache).is_empty(),
         "still running after the kill (was {caught:?}): {:?}",
-        buildroot_processes()
+        buildroot_processes(&cache)
     );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let br = cache.join("buildroot").display().to_string();
