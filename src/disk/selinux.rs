@@ -42,8 +42,8 @@ impl<'a> Labeller<'a> {
     /// policy or no setfiles (nothing is labelled then, and the run says
     /// why).
     pub fn new(br: &'a Buildroot) -> Result<std::result::Result<Labeller<'a>, String>> {
-        let etc = br.dir.join("usr/etc/selinux");
-        let cfg = etc.join("config");
+        let etc = br.dir.join("usr/etc");
+        let cfg = etc.join("selinux/config");
         let text = match std::fs::read_to_string(&cfg) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -59,7 +59,7 @@ impl<'a> Labeller<'a> {
             ));
         };
         let fc = format!("selinux/{policy}/contexts/files/file_contexts");
-        if !etc.parent().unwrap_or(&etc).join(&fc).is_file() {
+        if !etc.join(&fc).is_file() {
             return Ok(Err(format!(
                 "the OS's SELinux policy {policy} has no /usr/etc/{fc}"
             )));
