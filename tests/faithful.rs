@@ -679,3 +679,115 @@ fn a_run_killed_while_the_os_tools_work_leaves_nothing() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_no_partial_buildroot(&cache);
 }
+
+/// The image reference a node's origin names (`container-image-reference`
+/// of the deployment's origin file, the key bootc and rpm-ostree read).
+fn origin_imgref(m: &Metal) -> ostree_ext::container::OstreeImageReference {
+    let mut origin = m.deployment.clone().into_os_string();
+    origin.push(".origin");
+    let text = std::fs::read_to_string(&origin).unwrap();
+    let v = text
+        .lines()
+        .find_map(|l| l.strip_prefix("container-image-reference="))
+        .unwrap_or_else(|| panic!("no container-image-reference in the origin:\n{text}"));
+    ostree_ext::container::OstreeImageReference::try_from(v).unwrap()
+}
+
+/// How many layers of the OS image a pull into `repo` would fetch, as
+/// ostree-ext's importer (rpm-ostree's and bootc's) decides before fetching.
+fn layers_a_pull_would_fetch(repo: &ostree_ext::ostree::Repo) -> (usize, usize) {
+    use ostree_ext::container::{store, OstreeImageReference};
+    let src = OstreeImageReference::try_from(
+        format!("ostree-unverified-image:{}", oci("rhel-coreos-faithful")).as_str(),
+    )
+    .unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut imp = store::ImageImporter::new(repo, &src, Default::default())
+            .await
+            .unwrap();
+        match imp.prepare().await.unwrap() {
+            store::PrepareResult::AlreadyPresent(s) => (0, s.manifest.layers().len()),
+            store::PrepareResult::Ready(p) => (p.layers_to_fetch().count(), p.all_layers().count()),
+        }
+    })
+}
+
+#[test]
+fn the_sysroot_repo_holds_the_image_as_a_node_that_pulled_it() {
+    use ostree_ext::container::store;
+    let m = metal(own(), "refs", false);
+    let path = m.root.0.join("ostree/repo");
+    let imgref = origin_imgref(&m);
+    let repo = ostree_ext::ostree::Repo::new_for_path(&path);
+    repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    // bootc's and rpm-ostree's read of the booted image (ostree-ext
+    // store::query_image: the image ref, the manifest in the merge commit's
+    // metadata, the base layer's ref).
+    let state = store::query_image(&repo, &imgref.imgref)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no image ref for {imgref} in {}", path.display()));
+    assert_eq!(
+        state.manifest_digest.to_string(),
+        os()["digest"].as_str().unwrap()
+    );
+    let dep = m
+        .deployment
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert!(
+        dep.starts_with(&format!("{}.", state.merge_commit)),
+        "the image ref names merge commit {}, the deployment is {dep}",
+        state.merge_commit
+    );
+    // `ostree refs`: the image ref and one ref per layer of the manifest.
+    let refs = must(
+        Command::new("ostree")
+            .arg("refs")
+            .arg(format!("--repo={}", path.display())),
+    );
+    let refs: Vec<&str> = refs.lines().collect();
+    let n_layers = state.manifest.layers().len();
+    assert_eq!(
+        refs.iter()
+            .filter(|r| r.starts_with("ostree/container/blob/"))
+            .count(),
+        n_layers,
+        "{refs:#?}"
+    );
+    assert_eq!(
+        refs.iter()
+            .filter(|r| r.starts_with("ostree/container/image/"))
+            .count(),
+        1,
+        "{refs:#?}"
+    );
+    // Pulling the image again fetches no layer.
+    assert_eq!(layers_a_pull_would_fetch(&repo), (0, n_layers));
+
+    // The check bites: a repo holding only the merge commit (what a plain
+    // `ostree pull-local` of it gives) has no image for bootc, and a pull
+    // would fetch every layer.
+    let bare = own().root.join("refs-negative-repo");
+    let _ = std::fs::remove_dir_all(&bare);
+    must(
+        Command::new("ostree")
+            .arg("init")
+            .arg("--mode=bare-user")
+            .arg(format!("--repo={}", bare.display())),
+    );
+    must(
+        Command::new("ostree")
+            .arg("pull-local")
+            .arg("--commit-metadata-only")
+            .arg(format!("--repo={}", bare.display()))
+            .arg(&path)
+            .arg(&state.merge_commit),
+    );
+    let neg = ostree_ext::ostree::Repo::new_for_path(&bare);
+    neg.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    assert!(store::query_image(&neg, &imgref.imgref).unwrap().is_none());
+    assert_eq!(layers_a_pull_would_fetch(&neg), (n_layers, n_layers));
+    std::fs::remove_dir_all(&bare).unwrap();
+}

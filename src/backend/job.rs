@@ -67,6 +67,9 @@ pub struct DiskJob {
     /// The OS's buildroot, when its own ostree deploys it.
     #[serde(default)]
     pub buildroot: Option<crate::disk::buildroot::Buildroot>,
+    /// The image and layer refs to give the sysroot repo (ostree-native).
+    #[serde(default)]
+    pub image_refs: Option<crate::oscontainer::ImageRefs>,
 }
 
 /// bootupd's part of the job (see [`bootupd`]).
@@ -310,6 +313,7 @@ impl DiskJob {
                     None => deploy::Tool::Host,
                 },
                 labeller,
+                image_refs: self.image_refs.as_ref(),
             },
         )?;
         cancel::check()?;

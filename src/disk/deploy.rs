@@ -52,6 +52,8 @@ pub struct Deploy<'a> {
     /// deployment's `/etc` and the stateroot's `/var` after the deploy
     /// (`/boot` is the caller's, once it has written everything there).
     pub labeller: Option<&'a super::selinux::Labeller<'a>>,
+    /// The image's refs, as a node that pulled it holds them (ostree-native).
+    pub image_refs: Option<&'a crate::oscontainer::ImageRefs>,
 }
 
 /// Whose ostree runs the init-fs, repo config, pull and deploy.
@@ -257,13 +259,34 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         config_set(k, v)?;
     }
     crate::util::cancel::check()?;
-    cmd::run(&mut t.ostree(vec![
+    // The merge commit, and each layer's ref with its commit, as
+    // `ostree container image pull` leaves them on a node.
+    let mut pull = vec![
         "pull-local".into(),
         repo.clone(),
         t.source.clone(),
-        d.commit.into(),
-    ])?)
-    .with_context(|| format!("copying commit {} into the sysroot repo", d.commit))?;
+        d.commit.to_string(),
+    ];
+    if let Some(r) = d.image_refs {
+        // ostree-ext sets these refs itself, unbound: the base layer's
+        // commit is bound to the OS build's own branch, which pull-local
+        // would otherwise insist on.
+        pull.push("--disable-verify-bindings".into());
+        pull.extend(r.layers.iter().cloned());
+    }
+    cmd::run(&mut t.ostree(pull)?)
+        .with_context(|| format!("copying commit {} into the sysroot repo", d.commit))?;
+    if let Some(r) = d.image_refs {
+        // The image ref under the reference the origin names: what bootc
+        // and rpm-ostree resolve the booted image through.
+        cmd::run(&mut t.ostree(vec![
+            "refs".into(),
+            repo.clone(),
+            format!("--create={}", r.image),
+            d.commit.into(),
+        ])?)
+        .with_context(|| format!("creating the image ref {} in the sysroot repo", r.image))?;
+    }
     let boot = root.join("boot");
     std::fs::create_dir_all(boot.join("efi")).context("creating /boot/efi")?;
     write(&boot.join(FIRSTBOOT_STAMP), b"")?;

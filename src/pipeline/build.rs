@@ -201,6 +201,14 @@ impl Builder<'_> {
             }),
             grub_script: self.os.config.image.grub_script.clone(),
             buildroot: None,
+            image_refs: match self.resolved.os_format {
+                OsFormat::OstreeNative => Some(crate::oscontainer::image_refs(
+                    self.cache_repo,
+                    &self.os.commit,
+                    &self.resolved.os_pullspec,
+                )?),
+                OsFormat::Legacy => None,
+            },
         })
     }
 
