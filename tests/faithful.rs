@@ -26,14 +26,19 @@ struct Built {
     log: String,
 }
 
-fn build(cell: &'static OnceLock<Built>, name: &str, extra: &[&str]) -> &'static Built {
+fn build(
+    cell: &'static OnceLock<Built>,
+    name: &str,
+    release: &str,
+    extra: &[&str],
+) -> &'static Built {
     cell.get_or_init(|| {
         os();
         let root = scratch(name);
         let _ = std::fs::remove_dir_all(&root);
         let raw = root.join("raw");
         let mut args = vec![
-            oci(RELEASE),
+            oci(release),
             "metal".into(),
             "qemu".into(),
             "--no-ostree-archive".into(),
@@ -55,13 +60,19 @@ fn build(cell: &'static OnceLock<Built>, name: &str, extra: &[&str]) -> &'static
 /// Deployed by the OS's own ostree (the default).
 fn own() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
-    build(&B, "faithful-own", &[])
+    build(&B, "faithful-own", RELEASE, &[])
+}
+
+/// The same OS commit, chunked (a layer per package), deployed by the OS.
+fn chunked() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "faithful-chunked", "release-faithful-chunked", &[])
 }
 
 /// Deployed by this host's ostree.
 fn host() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
-    build(&B, "faithful-host", &["--deploy-ostree", "host"])
+    build(&B, "faithful-host", RELEASE, &["--deploy-ostree", "host"])
 }
 
 fn os() -> &'static Value {
@@ -418,33 +429,45 @@ fn the_host_deployed_disk_is_refused_by_prepare_root() {
     std::fs::remove_file(&disk).ok();
 }
 
+/// Built by the nokvm backend: the OS's tools run in the appliance VM.
+fn nokvm() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "faithful-nokvm", RELEASE, &["--backend", "nokvm"])
+}
+
 #[test]
-fn vm_backends_refuse_an_os_that_deploys_itself_and_say_what_works() {
-    let cache = scratch("faithful-nokvm");
-    let _ = std::fs::remove_dir_all(&cache);
-    let out = cache.join("out");
-    let line = expect_error(
-        &cache,
-        &[
-            "generate",
-            &oci(RELEASE),
-            "qemu",
-            "--backend",
-            "nokvm",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        "ships its own ostree",
+fn the_vm_backend_runs_the_os_tools_and_its_metal_boots_on_composefs() {
+    let b = nokvm();
+    assert!(
+        b.log.contains(&format!(
+            "deploy: the OS's own ostree {} (its /usr/bin/ostree, run in a buildroot of the OS tree, shared read-only with the VM)",
+            os_ostree_version()
+        )),
+        "{}",
+        b.log
     );
-    for w in [
-        "nokvm",
-        "requires a composefs root",
-        "--backend loopback",
-        "--deploy-ostree host",
-    ] {
-        assert!(line.contains(w), "'{w}' not in: {line}");
+    let d = &b.meta["images"]["metal"]["ostree-deploy"];
+    assert_eq!(d["tool"], "os", "{d}");
+    assert!(metal(b, "nokvm-cfs", false)
+        .deployment
+        .join(".ostree.cfs")
+        .is_file());
+    for (at, n, out) in relabel_counts(b, "nokvm") {
+        assert_eq!(n, 0, "setfiles would relabel {n} files in {at}:\n{out}");
     }
-    assert!(!out.exists(), "output directory created");
+    let disk = copy_raw(b, "metal", "nokvm-bios");
+    let r = boot::assert_boots(
+        &[Media::disk(&disk)],
+        Firmware::Bios,
+        boot::default_timeout(),
+    );
+    eprintln!(
+        "nokvm metal, SeaBIOS: {:.1} s ({})",
+        r.duration.as_secs_f64(),
+        r.marker
+    );
+    check_composefs_boot(&r, "metal");
+    std::fs::remove_file(&disk).ok();
 }
 
 /// A cache holding the faithful OS (imported by `inspect --import`) and a
@@ -695,12 +718,11 @@ fn origin_imgref(m: &Metal) -> ostree_ext::container::OstreeImageReference {
 
 /// How many layers of the OS image a pull into `repo` would fetch, as
 /// ostree-ext's importer (rpm-ostree's and bootc's) decides before fetching.
-fn layers_a_pull_would_fetch(repo: &ostree_ext::ostree::Repo) -> (usize, usize) {
+fn layers_a_pull_would_fetch(repo: &ostree_ext::ostree::Repo, tag: &str) -> (usize, usize) {
     use ostree_ext::container::{store, OstreeImageReference};
-    let src = OstreeImageReference::try_from(
-        format!("ostree-unverified-image:{}", oci("rhel-coreos-faithful")).as_str(),
-    )
-    .unwrap();
+    let src =
+        OstreeImageReference::try_from(format!("ostree-unverified-image:{}", oci(tag)).as_str())
+            .unwrap();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let mut imp = store::ImageImporter::new(repo, &src, Default::default())
             .await
@@ -764,7 +786,10 @@ fn the_sysroot_repo_holds_the_image_as_a_node_that_pulled_it() {
         "{refs:#?}"
     );
     // Pulling the image again fetches no layer.
-    assert_eq!(layers_a_pull_would_fetch(&repo), (0, n_layers));
+    assert_eq!(
+        layers_a_pull_would_fetch(&repo, "rhel-coreos-faithful"),
+        (0, n_layers)
+    );
 
     // The check bites: a repo holding only the merge commit (what a plain
     // `ostree pull-local` of it gives) has no image for bootc, and a pull
@@ -788,6 +813,114 @@ fn the_sysroot_repo_holds_the_image_as_a_node_that_pulled_it() {
     let neg = ostree_ext::ostree::Repo::new_for_path(&bare);
     neg.open(ostree_ext::gio::Cancellable::NONE).unwrap();
     assert!(store::query_image(&neg, &imgref.imgref).unwrap().is_none());
-    assert_eq!(layers_a_pull_would_fetch(&neg), (n_layers, n_layers));
+    assert_eq!(
+        layers_a_pull_would_fetch(&neg, "rhel-coreos-faithful"),
+        (n_layers, n_layers)
+    );
     std::fs::remove_dir_all(&bare).unwrap();
+}
+
+/// The image in a disk's sysroot repo as bootc reads it, and the number of
+/// `ostree/container/blob/` refs there.
+fn image_in_sysroot(m: &Metal) -> (Box<ostree_ext::container::store::LayeredImageState>, usize) {
+    let path = m.root.0.join("ostree/repo");
+    let repo = ostree_ext::ostree::Repo::new_for_path(&path);
+    repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    let state = ostree_ext::container::store::query_image(&repo, &origin_imgref(m).imgref)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no image ref in {}", path.display()));
+    let refs = must(
+        Command::new("ostree")
+            .arg("refs")
+            .arg(format!("--repo={}", path.display())),
+    );
+    let blobs = refs
+        .lines()
+        .filter(|r| r.starts_with("ostree/container/blob/"))
+        .count();
+    (state, blobs)
+}
+
+#[test]
+fn a_chunked_os_image_lays_down_with_a_ref_per_layer_and_boots_on_composefs() {
+    let c = &fx()["release_faithful"]["chunked"];
+    let b = chunked();
+    let m = metal(b, "chunked", false);
+    let (state, blobs) = image_in_sysroot(&m);
+    let layers = state.manifest.layers();
+    // As rpm-ostree chunks RHCOS: a layer per component (Debian package
+    // here) plus the commit's, each naming its components.
+    let components = c["components"].as_u64().unwrap() as usize;
+    assert!(
+        layers.len() >= 64 && layers.len() > components,
+        "{} layers for {components} components",
+        layers.len()
+    );
+    let annotated = layers
+        .iter()
+        .filter(|l| {
+            l.annotations()
+                .as_ref()
+                .is_some_and(|a| a.contains_key("ostree.components"))
+        })
+        .count();
+    assert!(
+        annotated >= components,
+        "{annotated} layers name their components"
+    );
+    assert_eq!(
+        state.manifest_digest.to_string(),
+        c["os_digest"].as_str().unwrap()
+    );
+    assert_eq!(blobs, layers.len(), "a ref per layer");
+    // The OS build's own commit under the chunks.
+    assert_eq!(state.base_commit, os()["commit"].as_str().unwrap());
+    let path = m.root.0.join("ostree/repo");
+    let repo = ostree_ext::ostree::Repo::new_for_path(&path);
+    repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    assert_eq!(
+        layers_a_pull_would_fetch(&repo, "rhel-coreos-faithful-chunked"),
+        (0, layers.len())
+    );
+    assert!(m.deployment.join(".ostree.cfs").is_file());
+    // (the repo holds the mount busy while open)
+    drop(repo);
+    drop(m);
+    // Judged by the OS's prepare-root, on the firmware the unchunked
+    // image's metal does not boot under.
+    let disk = copy_raw(b, "metal", "chunked-uefi");
+    let r = boot::assert_boots(
+        &[Media::disk(&disk)],
+        Firmware::Uefi,
+        boot::default_timeout(),
+    );
+    eprintln!(
+        "chunked metal, OVMF: {:.1} s ({})",
+        r.duration.as_secs_f64(),
+        r.marker
+    );
+    check_composefs_boot(&r, "metal");
+    std::fs::remove_file(&disk).ok();
+}
+
+#[test]
+fn a_policy_whose_setfiles_fails_names_the_file_and_setfiles_message() {
+    // A file-contexts line with a path and no context: setfiles refuses
+    // the whole specification ("line N is missing fields").
+    let fc = "usr/etc/selinux/default/contexts/files/file_contexts";
+    let cache = damaged_buildroot("faithful-badpolicy", |br| {
+        let _ = std::fs::remove_file(br.join(format!("{fc}.bin")));
+        let mut text = std::fs::read_to_string(br.join(fc)).unwrap();
+        text.push_str("/bootimage-gen-test\n");
+        std::fs::remove_file(br.join(fc)).unwrap();
+        std::fs::write(br.join(fc), text).unwrap();
+    });
+    refused_with(
+        &cache,
+        &[
+            "the OS's setfiles could not label",
+            &format!("/{fc}"),
+            "is missing fields",
+        ],
+    );
 }

@@ -114,7 +114,7 @@ impl<'a> Labeller<'a> {
         argv.extend(["-r", &root, &self.file_contexts, &target]);
         let out = cmd::run(&mut self.br.command(&binds, &argv)?).with_context(|| {
             format!(
-                "labelling {at} with the OS's SELinux policy {} ({})",
+                "the OS's setfiles could not label {at} with its SELinux policy {} (/usr{} in the OS image; its message follows)",
                 self.policy, self.file_contexts
             )
         })?;

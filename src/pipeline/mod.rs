@@ -249,27 +249,23 @@ fn deployer(
         .is_some_and(|c| buildroot::composefs_required(&String::from_utf8_lossy(&c)));
     let mut details = serde_json::Map::new();
     let vm = plan.backend.name != "loopback";
-    if ships && s.deploy_with_os && !vm {
+    if ships && s.deploy_with_os {
         let step = reporter.step("buildroot");
         let b = Buildroot::prepare(&loaded.cache.dir, repo, &os.commit, &plan.release.arch)?;
         step.done(&format!("ostree {}", b.ostree_version));
         reporter.note(&format!(
-            "deploy: the OS's own ostree {} (its /{}, run in a buildroot of the OS tree)",
+            "deploy: the OS's own ostree {} (its /{}, run in a buildroot of the OS tree{})",
             b.ostree_version,
-            buildroot::OSTREE
+            buildroot::OSTREE,
+            if vm {
+                ", shared read-only with the VM"
+            } else {
+                ""
+            }
         ));
         details.insert("tool".into(), "os".into());
         details.insert("ostree-version".into(), b.ostree_version.clone().into());
         return Ok((Some(b), details));
-    }
-    if ships && s.deploy_with_os && requires_cfs {
-        bail!(
-            "OS {} {} requires a composefs root ({} [composefs] enabled) and ships its own ostree, which writes it; the {} backend cannot run that ostree yet, and its VM's ostree writes no composefs image: use --backend loopback (as root), or --deploy-ostree host to build disks that will not boot",
-            plan.name,
-            plan.version,
-            buildroot::PREPARE_ROOT_CONF,
-            plan.backend.name
-        );
     }
     // This machine's ostree (the VM's, with a VM backend).
     let out = crate::util::cmd::run_str(&mut crate::util::cmd::new("ostree", ["--version"]))
@@ -277,13 +273,8 @@ fn deployer(
     let host = buildroot::parse_ostree_version(&out).unwrap_or_else(|| "(version unknown)".into());
     let why = if !ships {
         "the OS image ships no /usr/bin/ostree".to_string()
-    } else if !s.deploy_with_os {
-        "--deploy-ostree host".to_string()
     } else {
-        format!(
-            "the {} backend cannot run the OS's own ostree yet; the OS does not require composefs",
-            plan.backend.name
-        )
+        "--deploy-ostree host".to_string()
     };
     let whose = if vm { "the VM's" } else { "this machine's" };
     reporter.note(&format!("deploy: {whose} ostree {host} ({why})"));

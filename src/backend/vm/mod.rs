@@ -210,6 +210,7 @@ for a in $(cat /proc/cmdline); do
     bootimage_gen.work=*) work="${{a#*=}}" ;;
     bootimage_gen.repo=*) repo="${{a#*=}}" ;;
     bootimage_gen.hang=*) hang="${{a#*=}}" ;;
+    bootimage_gen.buildroot=*) buildroot="${{a#*=}}" ;;
   esac
 done
 for m in {modules}; do modprobe "$m" 2>/dev/null; done
@@ -219,6 +220,12 @@ if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize={MSIZE},cache=mmap work 
 fi
 if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize={MSIZE},ro repo "$repo"; then
   say "error mounting the OS repository share"; off
+fi
+if [ -n "$buildroot" ]; then
+  mkdir -p "$buildroot"
+  if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize={MSIZE},ro buildroot "$buildroot"; then
+    say "error mounting the OS buildroot share"; off
+  fi
 fi
 ( while :; do say alive; sleep {HEARTBEAT_SECS}; done ) &
 beat=$!
@@ -232,6 +239,7 @@ TMPDIR="$work/vm/tmp" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   "$work/vm/bootimage-gen" vm-job "$work/vm/job.json" "$work/vm/result.json" > $chan 2>&1
 say "job exited $?"
 kill $beat
+[ -z "$buildroot" ] || umount "$buildroot"
 umount "$repo" "$work"
 off
 "#,
@@ -509,7 +517,20 @@ pub fn run(
     cache_dir: &Path,
     r: &Reporter,
 ) -> Result<DiskOutput> {
-    for p in [&job.work, &job.cache_repo] {
+    // The OS's buildroot (its tools run in the VM as they would here),
+    // shared read-only at the same path.
+    let buildroot_dir = job
+        .buildroot
+        .as_ref()
+        .map(|b| b.dir.parent().unwrap_or(&b.dir).to_path_buf());
+    for p in [
+        Some(&job.work),
+        Some(&job.cache_repo),
+        buildroot_dir.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         let s = p.to_string_lossy();
         if s.chars().any(|c| c.is_whitespace() || c == ',' || c == '"') {
             bail!(
@@ -543,6 +564,9 @@ pub fn run(
         job.work.display(),
         job.cache_repo.display()
     );
+    if let Some(d) = &buildroot_dir {
+        append.push_str(&format!(" bootimage_gen.buildroot={}", d.display()));
+    }
     if std::env::var_os(DEBUG_HANG_ENV).is_some() {
         append.push_str(" bootimage_gen.hang=1");
     }
@@ -590,6 +614,15 @@ pub fn run(
         "local,path={},mount_tag=repo,security_model=none,readonly=on",
         job.cache_repo.display()
     ))
+    .args(buildroot_dir.iter().flat_map(|d| {
+        [
+            "-virtfs".to_string(),
+            format!(
+                "local,path={},mount_tag=buildroot,security_model=none,readonly=on",
+                d.display()
+            ),
+        ]
+    }))
     .arg("-serial")
     .arg(format!("file:{}", console.display()))
     .args(["-serial", "stdio"])
