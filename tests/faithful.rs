@@ -32,19 +32,28 @@ fn build(
     release: &str,
     extra: &[&str],
 ) -> &'static Built {
+    build_platforms(cell, name, release, &["metal", "qemu"], extra)
+}
+
+fn build_platforms(
+    cell: &'static OnceLock<Built>,
+    name: &str,
+    release: &str,
+    platforms: &[&str],
+    extra: &[&str],
+) -> &'static Built {
     cell.get_or_init(|| {
         os();
         let root = scratch(name);
         let _ = std::fs::remove_dir_all(&root);
         let raw = root.join("raw");
-        let mut args = vec![
-            oci(release),
-            "metal".into(),
-            "qemu".into(),
+        let mut args = vec![oci(release)];
+        args.extend(platforms.iter().map(|p| p.to_string()));
+        args.extend([
             "--no-ostree-archive".into(),
             "--debug-raw-dir".into(),
             raw.display().to_string(),
-        ];
+        ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         let (_, meta, log) = generate_logged(&root, &a);
@@ -923,4 +932,74 @@ fn a_policy_whose_setfiles_fails_names_the_file_and_setfiles_message() {
             "is missing fields",
         ],
     );
+}
+
+/// The live ISO and PXE files of the faithful OS.
+fn live() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build_platforms(&B, "faithful-live", RELEASE, &["live"], &[])
+}
+
+/// A published file of `b` whose name holds `-<what>.`.
+fn published(b: &Built, what: &str) -> PathBuf {
+    std::fs::read_dir(b.root.join("out"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains(&format!("-{what}."))
+        })
+        .unwrap_or_else(|| panic!("no {what} in {}", b.root.join("out").display()))
+}
+
+fn check_live_boot(r: &boot::BootResult, mode: Mode) {
+    assert_eq!(r.marker.mode, mode, "{}", r.marker);
+    assert_eq!(r.marker.version, os()["version"].as_str().unwrap());
+    // Upstream keeps composefs off for the live system (its root is the
+    // rootfs image, not a deployment prepare-root mounts).
+    assert_eq!(r.marker.composefs, Some(false), "{}", r.marker);
+}
+
+#[test]
+fn the_live_iso_and_pxe_of_the_faithful_os_boot() {
+    let b = live();
+    let iso = published(b, "live-iso");
+    let r = boot::assert_boots(
+        &[Media::Cdrom(iso)],
+        Firmware::Bios,
+        boot::default_timeout(),
+    );
+    eprintln!(
+        "live ISO, SeaBIOS: {:.1} s ({})",
+        r.duration.as_secs_f64(),
+        r.marker
+    );
+    check_live_boot(&r, Mode::LiveIso);
+    let kargs = must(
+        Command::new("coreos-installer")
+            .args(["iso", "kargs", "show"])
+            .arg(published(b, "live-iso")),
+    );
+    let kargs: Vec<&str> = kargs
+        .split_whitespace()
+        .filter(|k| !k.starts_with("coreos.liveiso="))
+        .collect();
+    let pxe = Media::kernel(
+        published(b, "live-kernel"),
+        &[
+            &published(b, "live-initramfs"),
+            &published(b, "live-rootfs"),
+        ],
+        &format!("{} console=ttyS0", kargs.join(" ")),
+    );
+    let r = boot::assert_boots(&[pxe], Firmware::Uefi, boot::default_timeout());
+    eprintln!(
+        "live PXE, OVMF: {:.1} s ({})",
+        r.duration.as_secs_f64(),
+        r.marker
+    );
+    check_live_boot(&r, Mode::LivePxe);
 }
