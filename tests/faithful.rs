@@ -1003,3 +1003,111 @@ fn the_live_iso_and_pxe_of_the_faithful_os_boot() {
     );
     check_live_boot(&r, Mode::LivePxe);
 }
+
+/// The node image's shape over the faithful OS (3 derived layers).
+fn node() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build_platforms(
+        &B,
+        "faithful-node",
+        "release-faithful-node",
+        &["metal"],
+        &[],
+    )
+}
+
+/// Whether the merge commit ostree-ext makes from the node image, imported
+/// into a fresh repo by this crate's ostree-ext for ostree `version`, holds
+/// `path`.
+fn imported_node_has(version: (u32, u32), path: &str) -> bool {
+    use ostree_ext::container::{store, OstreeImageReference};
+    let dir = node()
+        .root
+        .join(format!("import-{}.{}", version.0, version.1));
+    let _ = std::fs::remove_dir_all(&dir);
+    must(
+        Command::new("ostree")
+            .arg("init")
+            .arg("--mode=bare-user")
+            .arg(format!("--repo={}", dir.display())),
+    );
+    let repo = ostree_ext::ostree::Repo::new_for_path(&dir);
+    repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    let src = OstreeImageReference::try_from(
+        format!(
+            "ostree-unverified-image:{}",
+            oci("rhel-coreos-faithful-node")
+        )
+        .as_str(),
+    )
+    .unwrap();
+    let merge = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut imp = store::ImageImporter::new(&repo, &src, Default::default())
+            .await
+            .unwrap();
+        imp.set_ostree_version(version.0, version.1);
+        match imp.prepare().await.unwrap() {
+            store::PrepareResult::AlreadyPresent(s) => s.merge_commit,
+            store::PrepareResult::Ready(p) => imp.import(p).await.unwrap().merge_commit,
+        }
+    });
+    let ok = Command::new("ostree")
+        .arg("ls")
+        .arg(format!("--repo={}", dir.display()))
+        .arg(&merge)
+        .arg(path)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    drop(repo);
+    std::fs::remove_dir_all(&dir).unwrap();
+    ok
+}
+
+#[test]
+fn a_node_image_lays_down_as_a_node_would_have_it() {
+    let c = &fx()["release_faithful"]["node"];
+    let b = node();
+    let m = metal(b, "node", false);
+    let d = &m.deployment;
+    // The COPY layer, the RUN layer's /etc edit and policy-store change.
+    let marker = std::fs::read_to_string(d.join("usr/share/openshift/marker")).unwrap();
+    assert!(marker.starts_with("node image payload"), "{marker}");
+    assert!(d.join("etc/testos-node.conf").is_file());
+    assert!(d
+        .join("usr/etc/selinux/default/contexts/files/file_contexts.local")
+        .is_file());
+    // The image's refs: the base's and one per derived layer.
+    let (state, blobs) = image_in_sysroot(&m);
+    assert_eq!(
+        state.manifest_digest.to_string(),
+        c["os_digest"].as_str().unwrap()
+    );
+    assert_eq!(state.base_commit, os()["commit"].as_str().unwrap());
+    assert_eq!(blobs, state.manifest.layers().len());
+    assert_eq!(blobs, 1 + c["derived_layers"].as_u64().unwrap() as usize);
+    // /var as the OS's ostree (2026.x) has it: `rm -rf /var && mkdir /var`
+    // leaves /var empty in the commit, and nothing under
+    // /usr/share/factory/var (where a libostree before 2024.3 moves a
+    // derived layer's /var).
+    assert!(
+        !d.join("usr/share/factory/var").exists(),
+        "the deployment has /usr/share/factory/var: the derived layers were imported as an ostree before 2024.3 would"
+    );
+    // The derived files carry the OS policy's labels (the OS's setfiles
+    // would change none).
+    for (at, host) in [
+        ("/usr/share/openshift", d.join("usr/share/openshift")),
+        ("/etc", d.join("etc")),
+    ] {
+        let (n, out) = would_relabel(&host, at, &[]);
+        assert_eq!(n, 0, "{at}: the OS's setfiles would relabel:\n{out}");
+    }
+    drop(m);
+    // The check bites: imported for an ostree before 2024.3 (Debian 12's
+    // libostree, this program's before this change), the /var the node
+    // image emptied lands in /usr/share/factory/var.
+    assert!(imported_node_has((2022, 7), "/usr/share/factory/var"));
+    assert!(!imported_node_has((2026, 4), "/usr/share/factory/var"));
+}

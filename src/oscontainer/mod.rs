@@ -260,7 +260,7 @@ async fn import_native(
         .with_context(|| format!("importing OS image {}", img.reference))?
     {
         store::PrepareResult::AlreadyPresent(s) => s,
-        store::PrepareResult::Ready(p) => {
+        store::PrepareResult::Ready(p) if p.layers.is_empty() => {
             tracing::info!(
                 "importing {} layer(s) of {}",
                 p.layers_to_fetch().count(),
@@ -269,6 +269,9 @@ async fn import_native(
             imp.import(p)
                 .await
                 .map_err(|e| anyhow!("importing OS image {}: {e:#}", img.reference))?
+        }
+        store::PrepareResult::Ready(p) => {
+            import_derived(cache, &repo, &imgref, fetcher, img, imp, p).await?
         }
     };
     if state.manifest_digest.to_string() != img.digest {
@@ -289,6 +292,90 @@ async fn import_native(
         labels,
         bootimage_json: None,
     })
+}
+
+/// A derived image (layers over the OS build's commit), imported as the
+/// OS's own ostree-ext would: how a derived layer's `/var` is written
+/// depends on the libostree doing it (ostree-ext `tar/write.rs`: before
+/// 2024.3 it is moved to `/usr/share/factory/var`; from 2024.3 it stays,
+/// and the deploy seeds the stateroot's `/var` from it), and a node's
+/// rpm-ostree or bootc runs the OS's. So the base is imported first, the
+/// OS's ostree version read from its buildroot, and the derived layers
+/// imported for that version.
+async fn import_derived(
+    cache: &Cache,
+    repo: &ostree_ext::ostree::Repo,
+    imgref: &ostree_ext::container::OstreeImageReference,
+    fetcher: &Fetcher,
+    img: &Image,
+    imp: ostree_ext::container::store::ImageImporter,
+    mut p: Box<ostree_ext::container::store::PreparedImport>,
+) -> Result<Box<ostree_ext::container::store::LayeredImageState>> {
+    use ostree_ext::container::store;
+    let what = || format!("importing OS image {}", img.reference);
+    // The base alone (its merge commit and image ref are dropped below).
+    let derived = std::mem::take(&mut p.layers);
+    tracing::info!(
+        "importing the base of {} ({} derived layer(s) follow)",
+        img.reference,
+        derived.len()
+    );
+    let base = imp
+        .import(p)
+        .await
+        .map_err(|e| anyhow!("{}: {e:#}", what()))?;
+    store::remove_image(repo, &imgref.imgref).with_context(what)?;
+    let version = os_ostree_version(cache, &base.base_commit, img)?;
+    let cfg = fetcher.opts.proxy_config(&fetcher.scratch);
+    let mut imp = store::ImageImporter::new(repo, imgref, cfg)
+        .await
+        .with_context(what)?;
+    imp.disable_gc();
+    if let Some((y, m)) = version {
+        imp.set_ostree_version(y, m);
+    }
+    match imp.prepare().await.with_context(what)? {
+        store::PrepareResult::AlreadyPresent(s) => Ok(s),
+        store::PrepareResult::Ready(p) => {
+            tracing::info!(
+                "importing {} derived layer(s) of {} as the OS's ostree {} would",
+                p.layers_to_fetch().count(),
+                img.reference,
+                version.map_or("(none: the host's)".to_string(), |(y, m)| format!(
+                    "{y}.{m}"
+                ))
+            );
+            imp.import(p)
+                .await
+                .map_err(|e| anyhow!("{}: {e:#}", what()))
+        }
+    }
+}
+
+/// The version of the ostree the OS build `commit` ships, as (year,
+/// release), run from its buildroot; `None` when it ships none or this host
+/// cannot run it (the host's libostree decides then, as before).
+fn os_ostree_version(cache: &Cache, commit: &str, img: &Image) -> Result<Option<(u32, u32)>> {
+    use crate::disk::buildroot::{self, Buildroot};
+    if !buildroot::os_has_ostree(&cache.repo, commit)? {
+        return Ok(None);
+    }
+    let arch = crate::util::arch::coreos_arch(&img.config.architecture().to_string());
+    let b = match Buildroot::prepare(&cache.dir, &cache.repo, commit, &arch) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!("the OS's ostree cannot run here ({e:#}): its derived layers are imported as this host's libostree would");
+            return Ok(None);
+        }
+    };
+    let mut it = b.ostree_version.split('.');
+    let (Some(Ok(y)), Some(Ok(m))) = (
+        it.next().map(str::parse::<u32>),
+        it.next().map(str::parse::<u32>),
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some((y, m)))
 }
 
 /// The refs a node's ostree-ext leaves in its repo for a pulled image
