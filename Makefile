@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench bench-vsphere image install fuzz chaos
+.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench bench-deploy bench-vsphere image install fuzz chaos
 
 all: build
 
@@ -31,7 +31,15 @@ demo: build
 BENCH_PLATFORMS ?= all
 bench: build
 	fx=$$(bash fixtures/build.sh --large) && \
-	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --platforms "$(BENCH_PLATFORMS)"
+	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --platforms "$(BENCH_PLATFORMS)" && \
+	if grep -q release_faithful "$$fx/fixture.json"; then \
+	  $(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy; fi
+
+# Issue 28's before/after alone: import + deploy of the large faithful OS by
+# this host's ostree, then by the OS's own tools (root: the faithful OS).
+bench-deploy: build
+	fx=$$(bash fixtures/build.sh --large) && \
+	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy
 
 # vSphere upload throughput against curl -T of the same VMDK to the same
 # simulator (tests/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).

@@ -16,7 +16,7 @@
 //! files written. Each standard tool runs as its own child, timed the same way.
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -65,8 +65,10 @@ fn main() -> Result<()> {
     let mut results = top.join("bench/results.jsonl");
     let mut single = true;
     let mut platforms = "all".to_string();
+    let mut compare_deploy = false;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--compare-deploy" => compare_deploy = true,
             "--work" => work = PathBuf::from(args.next().context("--work DIR")?),
             "--results" => results = PathBuf::from(args.next().context("--results FILE")?),
             "--no-single" => single = false,
@@ -101,6 +103,9 @@ fn main() -> Result<()> {
         std::fs::remove_dir_all(&work).with_context(|| format!("cleaning {}", work.display()))?;
     }
     std::fs::create_dir_all(&work)?;
+    if compare_deploy {
+        return compare_deploys(&tool, &release, &work, &results);
+    }
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let live = lists_live(&tool)?;
@@ -490,7 +495,6 @@ fn main() -> Result<()> {
     if let Some(d) = results.parent() {
         std::fs::create_dir_all(d)?;
     }
-    use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -556,6 +560,87 @@ fn counterpart(s: &Stage) -> (&'static str, Vec<&'static str>) {
     } else {
         ("", vec![])
     }
+}
+
+/// Issue 28's before/after: the import and the deploy of `release`'s OS as
+/// this program did before (this host's ostree lays it down: `--deploy-ostree
+/// host`) and as it does now (the OS's own ostree from a buildroot, SELinux
+/// labels from its setfiles, the image refs), each from a cold cache, in
+/// one run. Prints a table; appends one JSON line to `results`.
+fn compare_deploys(tool: &Path, release: &str, work: &Path, results: &Path) -> Result<()> {
+    let stage_names = ["fetch+import", "buildroot", "base disk"];
+    // (label, (wall, cpu) per stage, the whole run)
+    type Row<'a> = (&'a str, Vec<(f64, f64)>, Run);
+    let mut rows: Vec<Row> = Vec::new();
+    for (label, how) in [
+        ("before (host ostree)", "host"),
+        ("after (OS's tools)", "os"),
+    ] {
+        eprintln!("bench: generate {release} metal --deploy-ostree {how}");
+        let cache = work.join(format!("cache-{how}"));
+        let (run, stages) = generate(
+            tool,
+            release,
+            &format!("metal --deploy-ostree {how}"),
+            &cache,
+            &work.join(format!("out-{how}")),
+        )?;
+        std::fs::remove_dir_all(&cache).ok();
+        std::fs::remove_dir_all(work.join(format!("out-{how}"))).ok();
+        let per: Vec<(f64, f64)> = stage_names
+            .iter()
+            .map(|n| {
+                stages
+                    .iter()
+                    .filter(|s| s.name == *n)
+                    .fold((0.0, 0.0), |a, s| (a.0 + s.wall, a.1 + s.cpu))
+            })
+            .collect();
+        rows.push((label, per, run));
+    }
+    println!("\nimport + deploy of {release} (metal), cold cache each:");
+    println!(
+        "{:<22} {:>14} {:>14} {:>14} {:>14} {:>10}",
+        "", "fetch+import", "buildroot", "base disk", "sum (wall)", "run wall"
+    );
+    let sum = |v: &[(f64, f64)]| v.iter().map(|x| x.0).sum::<f64>();
+    for (label, per, run) in &rows {
+        println!(
+            "{:<22} {:>14} {:>14} {:>14} {:>13.1}s {:>9.1}s",
+            label,
+            format!("{:.1}s/{:.1}cpu", per[0].0, per[0].1),
+            format!("{:.1}s/{:.1}cpu", per[1].0, per[1].1),
+            format!("{:.1}s/{:.1}cpu", per[2].0, per[2].1),
+            sum(per),
+            run.wall
+        );
+    }
+    let (b, a) = (sum(&rows[0].1), sum(&rows[1].1));
+    println!(
+        "after/before (import + buildroot + base disk, wall): {:.2} ({:+.1} %)",
+        a / b,
+        (a / b - 1.0) * 100.0
+    );
+    if let Some(d) = results.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let line = json!({
+        "kind": "self-install",
+        "release": release,
+        "stages": stage_names,
+        "rows": rows.iter().map(|(l, per, run)| json!({
+            "label": l,
+            "wall_cpu": per,
+            "run_wall_s": run.wall,
+        })).collect::<Vec<_>>(),
+        "ratio_wall": a / b,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(results)?;
+    writeln!(f, "{line}")?;
+    Ok(())
 }
 
 /// Run `generate` with JSON progress; the run's figures and its stages.
