@@ -60,7 +60,7 @@ DISK_MIB = {
     "live_offline": 600,
     "generate": 500,
     "chaos": 1500,
-    "faithful": 1500,
+    "faithful": 3500,
 }
 # Wall times (s) of the stop 34 run, for the order before any is learned.
 DEFAULT_SECS = {
@@ -76,7 +76,7 @@ DEFAULT_SECS = {
     "generate": 214,
     "concurrency": 120,
     "conformance": 106,
-    "faithful": 120,
+    "faithful": 360,
     "generate_aws": 90,
     "generate_errors": 43,
     "generate_interrupt": 42,
