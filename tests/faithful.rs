@@ -384,40 +384,28 @@ fn check_composefs_boot(r: &boot::BootResult, platform: &str) {
     );
 }
 
-#[test]
-fn metal_boots_on_composefs_under_seabios() {
-    let b = own();
-    let disk = copy_raw(b, "metal", "metal-bios");
-    let r = boot::assert_boots(
-        &[Media::disk(&disk)],
-        Firmware::Bios,
-        boot::default_timeout(),
-    );
+/// Boot a private copy of `b`'s `platform` disk under `fw` and check that
+/// the OS's prepare-root put `/` on composefs.
+fn boots_on_composefs(b: &Built, platform: &str, fw: Firmware, what: &str) {
+    let disk = copy_raw(b, platform, &format!("{what}-{fw:?}"));
+    let r = boot::assert_boots(&[Media::disk(&disk)], fw, boot::default_timeout());
     eprintln!(
-        "metal, SeaBIOS: {:.1} s ({})",
+        "{what} {platform}, {fw:?}: {:.1} s ({})",
         r.duration.as_secs_f64(),
         r.marker
     );
-    check_composefs_boot(&r, "metal");
+    check_composefs_boot(&r, platform);
     std::fs::remove_file(&disk).ok();
 }
 
 #[test]
+fn metal_boots_on_composefs_under_seabios() {
+    boots_on_composefs(own(), "metal", Firmware::Bios, "own");
+}
+
+#[test]
 fn qemu_boots_on_composefs_under_ovmf() {
-    let b = own();
-    let disk = copy_raw(b, "qemu", "qemu-uefi");
-    let r = boot::assert_boots(
-        &[Media::disk(&disk)],
-        Firmware::Uefi,
-        boot::default_timeout(),
-    );
-    eprintln!(
-        "qemu, OVMF: {:.1} s ({})",
-        r.duration.as_secs_f64(),
-        r.marker
-    );
-    check_composefs_boot(&r, "qemu");
-    std::fs::remove_file(&disk).ok();
+    boots_on_composefs(own(), "qemu", Firmware::Uefi, "own");
 }
 
 #[test]
@@ -464,19 +452,7 @@ fn the_vm_backend_runs_the_os_tools_and_its_metal_boots_on_composefs() {
     for (at, n, out) in relabel_counts(b, "nokvm") {
         assert_eq!(n, 0, "setfiles would relabel {n} files in {at}:\n{out}");
     }
-    let disk = copy_raw(b, "metal", "nokvm-bios");
-    let r = boot::assert_boots(
-        &[Media::disk(&disk)],
-        Firmware::Bios,
-        boot::default_timeout(),
-    );
-    eprintln!(
-        "nokvm metal, SeaBIOS: {:.1} s ({})",
-        r.duration.as_secs_f64(),
-        r.marker
-    );
-    check_composefs_boot(&r, "metal");
-    std::fs::remove_file(&disk).ok();
+    boots_on_composefs(b, "metal", Firmware::Bios, "nokvm");
 }
 
 /// A cache holding the faithful OS (imported by `inspect --import`) and a
@@ -712,6 +688,20 @@ fn a_run_killed_while_the_os_tools_work_leaves_nothing() {
     assert_no_partial_buildroot(&cache);
 }
 
+/// An empty bare-user repo at `dir` (whatever was there removed), open.
+fn fresh_repo(dir: &Path) -> ostree_ext::ostree::Repo {
+    let _ = std::fs::remove_dir_all(dir);
+    must(
+        Command::new("ostree")
+            .arg("init")
+            .arg("--mode=bare-user")
+            .arg(format!("--repo={}", dir.display())),
+    );
+    let repo = ostree_ext::ostree::Repo::new_for_path(dir);
+    repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    repo
+}
+
 /// The image reference a node's origin names (`container-image-reference`
 /// of the deployment's origin file, the key bootc and rpm-ostree read).
 fn origin_imgref(m: &Metal) -> ostree_ext::container::OstreeImageReference {
@@ -804,13 +794,7 @@ fn the_sysroot_repo_holds_the_image_as_a_node_that_pulled_it() {
     // `ostree pull-local` of it gives) has no image for bootc, and a pull
     // would fetch every layer.
     let bare = own().root.join("refs-negative-repo");
-    let _ = std::fs::remove_dir_all(&bare);
-    must(
-        Command::new("ostree")
-            .arg("init")
-            .arg("--mode=bare-user")
-            .arg(format!("--repo={}", bare.display())),
-    );
+    let neg = fresh_repo(&bare);
     must(
         Command::new("ostree")
             .arg("pull-local")
@@ -819,8 +803,6 @@ fn the_sysroot_repo_holds_the_image_as_a_node_that_pulled_it() {
             .arg(&path)
             .arg(&state.merge_commit),
     );
-    let neg = ostree_ext::ostree::Repo::new_for_path(&bare);
-    neg.open(ostree_ext::gio::Cancellable::NONE).unwrap();
     assert!(store::query_image(&neg, &imgref.imgref).unwrap().is_none());
     assert_eq!(
         layers_a_pull_would_fetch(&neg, "rhel-coreos-faithful"),
@@ -897,19 +879,7 @@ fn a_chunked_os_image_lays_down_with_a_ref_per_layer_and_boots_on_composefs() {
     drop(m);
     // Judged by the OS's prepare-root, on the firmware the unchunked
     // image's metal does not boot under.
-    let disk = copy_raw(b, "metal", "chunked-uefi");
-    let r = boot::assert_boots(
-        &[Media::disk(&disk)],
-        Firmware::Uefi,
-        boot::default_timeout(),
-    );
-    eprintln!(
-        "chunked metal, OVMF: {:.1} s ({})",
-        r.duration.as_secs_f64(),
-        r.marker
-    );
-    check_composefs_boot(&r, "metal");
-    std::fs::remove_file(&disk).ok();
+    boots_on_composefs(b, "metal", Firmware::Uefi, "chunked");
 }
 
 #[test]
@@ -1024,15 +994,7 @@ fn imported_node_has(version: (u32, u32), path: &str) -> bool {
     let dir = node()
         .root
         .join(format!("import-{}.{}", version.0, version.1));
-    let _ = std::fs::remove_dir_all(&dir);
-    must(
-        Command::new("ostree")
-            .arg("init")
-            .arg("--mode=bare-user")
-            .arg(format!("--repo={}", dir.display())),
-    );
-    let repo = ostree_ext::ostree::Repo::new_for_path(&dir);
-    repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
+    let repo = fresh_repo(&dir);
     let src = OstreeImageReference::try_from(
         format!(
             "ostree-unverified-image:{}",

@@ -69,6 +69,9 @@ impl Sim {
             ])
             .arg(dir.path())
             .args(extra)
+            // Its datastores (`govcsim-*`) go to TMPDIR and outlive a
+            // killed simulator: into the test's own directory.
+            .env("TMPDIR", dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(

@@ -13,6 +13,24 @@ use std::path::{Path, PathBuf};
 #[must_use = "a loop device stays attached until closed or dropped"]
 pub struct LoopDevice {
     dev: Option<PathBuf>,
+    /// What it was attached to (canonical file, offset): a detach acts only
+    /// while the device still holds that, never on a device the kernel has
+    /// since freed and handed to someone else.
+    backing: (PathBuf, u64),
+}
+
+/// The backing file (" (deleted)" stripped) and offset of a loop device,
+/// from sysfs; `None` when it is detached.
+pub fn backing_of(dev: &Path) -> Option<(PathBuf, u64)> {
+    let sys = Path::new("/sys/block").join(dev.file_name()?).join("loop");
+    let b = std::fs::read_to_string(sys.join("backing_file")).ok()?;
+    let b = b.trim_end_matches('\n');
+    let b = b.strip_suffix(" (deleted)").unwrap_or(b);
+    let off = std::fs::read_to_string(sys.join("offset"))
+        .ok()
+        .and_then(|o| o.trim().parse().ok())
+        .unwrap_or(0);
+    Some((PathBuf::from(b), off))
 }
 
 impl LoopDevice {
@@ -39,24 +57,33 @@ impl LoopDevice {
         })?;
         let dev = PathBuf::from(out.lines().last().unwrap_or_default());
         tracing::debug!("attached {} ({} +{offset})", dev.display(), file.display());
-        Ok(LoopDevice { dev: Some(dev) })
+        let canonical = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+        Ok(LoopDevice {
+            dev: Some(dev),
+            backing: (canonical, offset),
+        })
     }
 
     pub fn path(&self) -> &Path {
         self.dev.as_deref().expect("attached loop device")
     }
 
-    fn detach(dev: &Path) -> Result<()> {
-        // Tolerate a brief EBUSY just after an unmount.
+    fn detach(dev: &Path, backing: &(PathBuf, u64)) -> Result<()> {
+        // Tolerate a brief EBUSY just after an unmount. Each try first
+        // checks that the device is still ours: once freed, the kernel may
+        // give its number to another run at once.
         let mut last = None;
         for _ in 0..50 {
+            if backing_of(dev).as_ref() != Some(backing) {
+                return Ok(());
+            }
             match std::process::Command::new("losetup")
                 .arg("-d")
                 .arg(dev)
                 .output()
             {
                 Ok(o) if o.status.success() => {
-                    Self::wait_gone(dev);
+                    Self::wait_gone(dev, backing);
                     return Ok(());
                 }
                 Ok(o) => last = Some(String::from_utf8_lossy(&o.stderr).trim().to_string()),
@@ -74,11 +101,9 @@ impl LoopDevice {
     /// `losetup -d` of a device someone still holds open (udev probing a
     /// fresh device) only marks it for autoclear: wait until the kernel has
     /// really released it, so nothing of ours outlives the run.
-    fn wait_gone(dev: &Path) {
-        let Some(name) = dev.file_name() else { return };
-        let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+    fn wait_gone(dev: &Path, backing: &(PathBuf, u64)) {
         for _ in 0..200 {
-            if !backing.exists() {
+            if backing_of(dev).as_ref() != Some(backing) {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(25));
@@ -98,7 +123,7 @@ impl LoopDevice {
     /// Detach; the guard lets go of the device only once it is detached.
     pub fn release(&mut self) -> Result<()> {
         if let Some(d) = &self.dev {
-            Self::detach(d)?;
+            Self::detach(d, &self.backing)?;
             self.dev = None;
         }
         Ok(())
@@ -109,7 +134,7 @@ impl Drop for LoopDevice {
     fn drop(&mut self) {
         if let Some(d) = self.dev.take() {
             // Not the cmd wrapper: it refuses to run once a signal is pending.
-            if let Err(e) = Self::detach(&d) {
+            if let Err(e) = Self::detach(&d, &self.backing) {
                 tracing::warn!("{e:#}");
             }
         }
@@ -258,5 +283,41 @@ mod tests {
         assert!(format!("{e:#}").contains("unmounting"), "{e:#}");
         assert!(m.is_held(), "a failed close must keep the guard");
         // Drop's best effort runs too (and fails quietly).
+    }
+
+    /// A device freed under us (detached by someone, then reused for another
+    /// file: the kernel hands the lowest free number out at once) is not
+    /// ours any more: our release must leave the new attachment alone.
+    #[test]
+    #[cfg_attr(
+        not(feature = "privileged"),
+        ignore = "needs root: a loop device (--features privileged)"
+    )]
+    fn release_leaves_a_reused_device_alone() {
+        let (a, b) = (
+            tempfile::NamedTempFile::new().unwrap(),
+            tempfile::NamedTempFile::new().unwrap(),
+        );
+        a.as_file().set_len(1 << 20).unwrap();
+        b.as_file().set_len(1 << 20).unwrap();
+        let mut ours = LoopDevice::attach(a.path(), 0, 1 << 20, 512).unwrap();
+        let dev = ours.path().to_path_buf();
+        let losetup = |args: &[&std::ffi::OsStr]| {
+            let o = std::process::Command::new("losetup")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        losetup(&["-d".as_ref(), dev.as_os_str()]);
+        losetup(&[dev.as_os_str(), b.path().as_os_str()]);
+        let theirs = backing_of(&dev).expect("the reused device");
+        ours.release().unwrap();
+        assert_eq!(
+            backing_of(&dev),
+            Some(theirs),
+            "our release detached another file's device"
+        );
+        losetup(&["-d".as_ref(), dev.as_os_str()]);
     }
 }

@@ -218,14 +218,10 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
             continue;
         }
         let t = Instant::now();
-        let attached = || {
-            dev.file_name().is_some_and(|n| {
-                Path::new("/sys/block")
-                    .join(n)
-                    .join("loop/backing_file")
-                    .exists()
-            })
-        };
+        // Still the stale run's: once freed, the device's number may go to
+        // another run at once, whose device must not be detached.
+        let attached =
+            || crate::sys::loopback::backing_of(&dev).is_some_and(|(b, _)| b.starts_with(dir));
         while attached() && t.elapsed() < BUSY_WAIT {
             let _ = std::process::Command::new("losetup")
                 .arg("-d")
@@ -275,10 +271,9 @@ pub fn loops() -> Vec<(PathBuf, PathBuf)> {
             if !name.starts_with("loop") {
                 return None;
             }
-            let b = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
-            let b = b.trim_end_matches('\n');
-            let b = b.strip_suffix(" (deleted)").unwrap_or(b);
-            Some((Path::new("/dev").join(name), PathBuf::from(b)))
+            let dev = Path::new("/dev").join(name);
+            let (b, _) = crate::sys::loopback::backing_of(&dev)?;
+            Some((dev, b))
         })
         .collect()
 }
