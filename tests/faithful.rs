@@ -17,7 +17,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 const RELEASE: &str = "release-faithful";
-const MIB: u64 = 1 << 20;
 
 struct Built {
     root: PathBuf,
@@ -179,26 +178,9 @@ struct Metal {
 
 fn metal(b: &Built, tag: &str, boot: bool) -> Metal {
     let raw = b.raw.join("metal.raw");
-    let len = std::fs::metadata(&raw).unwrap().len();
     let dir = b.root.join(format!("mnt-{tag}"));
-    let root = Mnt::new(
-        &raw,
-        513 * MIB,
-        len - 513 * MIB - MIB,
-        "xfs",
-        "ro,norecovery,nouuid",
-        &dir.join("root"),
-    );
-    let boot = boot.then(|| {
-        Mnt::new(
-            &raw,
-            129 * MIB,
-            384 * MIB,
-            "ext4",
-            "ro,noload",
-            &dir.join("boot"),
-        )
-    });
+    let root = mount_raw_root(&raw, &dir.join("root"));
+    let boot = boot.then(|| mount_raw_boot(&raw, &dir.join("boot")));
     let stateroot = std::fs::read_dir(root.0.join("ostree/deploy"))
         .unwrap()
         .next()

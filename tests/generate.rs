@@ -358,23 +358,8 @@ fn mount_disk(key: &str) -> (Mnt, Mnt, PathBuf) {
         .tempdir_in(tmp_root())
         .unwrap()
         .keep();
-    let len = std::fs::metadata(&raw).unwrap().len();
-    let root = Mnt::new(
-        &raw,
-        513 * MIB,
-        len - 513 * MIB - MIB,
-        "xfs",
-        "ro,norecovery,nouuid",
-        &dir.join("root"),
-    );
-    let boot = Mnt::new(
-        &raw,
-        129 * MIB,
-        384 * MIB,
-        "ext4",
-        "ro,noload",
-        &dir.join("boot"),
-    );
+    let root = mount_raw_root(&raw, &dir.join("root"));
+    let boot = mount_raw_boot(&raw, &dir.join("boot"));
     (root, boot, dir)
 }
 

@@ -66,24 +66,9 @@ fn artifact(key: &str) -> PathBuf {
 fn metal_mounts(tag: &str) -> (Mnt, Mnt) {
     let b = built();
     let raw = b.raw.join("metal.raw");
-    let len = std::fs::metadata(&raw).unwrap().len();
     let dir = b.root.join(format!("mnt-{tag}"));
-    let root = Mnt::new(
-        &raw,
-        513 * MIB,
-        len - 513 * MIB - MIB,
-        "xfs",
-        "ro,norecovery,nouuid",
-        &dir.join("root"),
-    );
-    let boot = Mnt::new(
-        &raw,
-        129 * MIB,
-        384 * MIB,
-        "ext4",
-        "ro,noload",
-        &dir.join("boot"),
-    );
+    let root = mount_raw_root(&raw, &dir.join("root"));
+    let boot = mount_raw_boot(&raw, &dir.join("boot"));
     (root, boot)
 }
 

@@ -475,6 +475,27 @@ impl Drop for Loop {
     }
 }
 
+/// The root filesystem (XFS, from 513 MiB to 1 MiB before the end) of a
+/// raw x86_64 disk this project built, mounted read-only at `at`.
+pub fn mount_raw_root(raw: &Path, at: &Path) -> Mnt {
+    const MIB: u64 = 1 << 20;
+    let len = std::fs::metadata(raw).unwrap().len();
+    Mnt::new(
+        raw,
+        513 * MIB,
+        len - 513 * MIB - MIB,
+        "xfs",
+        "ro,norecovery,nouuid",
+        at,
+    )
+}
+
+/// Its boot filesystem (ext4, 384 MiB at 129 MiB), mounted read-only.
+pub fn mount_raw_boot(raw: &Path, at: &Path) -> Mnt {
+    const MIB: u64 = 1 << 20;
+    Mnt::new(raw, 129 * MIB, 384 * MIB, "ext4", "ro,noload", at)
+}
+
 /// A read-only mount, unmounted on drop.
 pub struct Mnt(pub PathBuf, #[allow(dead_code)] Loop);
 impl Mnt {
