@@ -243,12 +243,22 @@ fn the_commit_carries_the_policy_labels_into_the_deployment() {
 /// run in the good run's buildroot (the OS tree), in a private mount
 /// namespace, with `host` bound read-only.
 fn would_relabel(host: &Path, at: &str, exclude: &[&str]) -> (usize, String) {
-    let br = std::fs::read_dir(own().root.join("cache/buildroot"))
+    would_relabel_by(&buildroot_of(own()), host, at, exclude)
+}
+
+/// The buildroot a run made of its OS tree (its cache's only one).
+fn buildroot_of(b: &Built) -> PathBuf {
+    std::fs::read_dir(b.root.join("cache/buildroot"))
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| e.file_name().len() == 64)
         .unwrap()
-        .path();
+        .path()
+}
+
+/// What the setfiles of the OS tree `br`, with that tree's policy, would
+/// relabel under `host` (mounted at `at`).
+fn would_relabel_by(br: &Path, host: &Path, at: &str, exclude: &[&str]) -> (usize, String) {
     let cfg = std::fs::read_to_string(br.join("usr/etc/selinux/config")).unwrap();
     let policy = cfg
         .lines()
@@ -286,7 +296,7 @@ exec chroot "$br" /usr/sbin/setfiles "$@""#;
                 script,
                 "sh",
             ])
-            .arg(&br)
+            .arg(br)
             .arg(host)
             .arg(&target)
             .args(&args),
@@ -1039,19 +1049,189 @@ fn a_node_image_lays_down_as_a_node_would_have_it() {
         !d.join("usr/share/factory/var").exists(),
         "the deployment has /usr/share/factory/var: the derived layers were imported as an ostree before 2024.3 would"
     );
-    // The derived files carry the OS policy's labels (the OS's setfiles
-    // would change none).
+    // The files carry the labels of the policy the node image ends with
+    // (its RUN layer's `file_contexts.local` gives /usr/share/openshift
+    // its own type): the merged tree's setfiles would change none, as
+    // today's ostree-ext labels (bootc `write_merge_commit_impl`).
+    assert!(
+        b.log.contains(
+            "layers merged and labelled with the merged tree's SELinux policy by the OS's ostree"
+        ),
+        "{}",
+        b.log
+    );
+    let merged_policy = buildroot_of(b);
     for (at, host) in [
         ("/usr/share/openshift", d.join("usr/share/openshift")),
         ("/etc", d.join("etc")),
+        ("/usr/lib", d.join("usr/lib")),
     ] {
-        let (n, out) = would_relabel(&host, at, &[]);
+        let (n, out) = would_relabel_by(&merged_policy, &host, at, &[]);
         assert_eq!(n, 0, "{at}: the OS's setfiles would relabel:\n{out}");
     }
+    // The check bites: by the base's policy (what ostree-ext 0.15 labels
+    // derived layers with), the COPY layer's files are labelled otherwise.
+    let (n, out) = would_relabel(&d.join("usr/share/openshift"), "/usr/share/openshift", &[]);
+    assert!(
+        n >= 2,
+        "the base policy agrees with the node's rule:\n{out}"
+    );
     drop(m);
     // The check bites: imported for an ostree before 2024.3 (Debian 12's
     // libostree, this program's before this change), the /var the node
     // image emptied lands in /usr/share/factory/var.
     assert!(imported_node_has((2022, 7), "/usr/share/factory/var"));
     assert!(!imported_node_has((2026, 4), "/usr/share/factory/var"));
+}
+
+/// The same OS as chunkah splits it: no ostree commit in the image.
+fn chunkah() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    build(&B, "faithful-chunkah", "release-faithful-chunkah", &[])
+}
+
+/// How many of the image's layers `repo` lacks a blob ref for: what
+/// today's ostree-ext (bootc `store.rs` `prepare`, where an image with no
+/// `ostree.final-diffid` has every layer derived) would fetch on a pull.
+fn layers_without_ref(repo: &Path, layers: &[ostree_ext::oci_spec::image::Descriptor]) -> usize {
+    let refs = must(
+        Command::new("ostree")
+            .arg("refs")
+            .arg(format!("--repo={}", repo.display())),
+    );
+    layers
+        .iter()
+        .filter(|l| {
+            let r = ostree_ext::refescape::prefix_escape_for_ref(
+                "ostree/container/blob",
+                l.digest().as_ref(),
+            )
+            .unwrap();
+            !refs.lines().any(|x| x == r)
+        })
+        .count()
+}
+
+#[test]
+fn a_chunkah_image_with_no_ostree_commit_lays_down_and_boots_on_composefs() {
+    let c = &fx()["release_faithful"]["chunkah"];
+    let b = chunkah();
+    // Made by the OS's own ostree from the merged layers, and said so.
+    assert!(
+        b.log.contains(
+            "layers merged and labelled with the merged tree's SELinux policy by the OS's ostree"
+        ),
+        "{}",
+        b.log
+    );
+    let d = &b.meta["images"]["metal"]["ostree-deploy"];
+    assert!(
+        d["import-committed-by"]
+            .as_str()
+            .is_some_and(|s| s.contains(&os_ostree_version())),
+        "{d}"
+    );
+    let m = metal(b, "chunkah", false);
+    let (state, blobs) = image_in_sysroot(&m);
+    let layers = state.manifest.layers();
+    assert_eq!(
+        state.manifest_digest.to_string(),
+        c["os_digest"].as_str().unwrap()
+    );
+    // chunkah's shape: content layers named by component, no ostree commit.
+    assert!(layers.len() > 8, "{} layers", layers.len());
+    for l in layers {
+        let a = l.annotations().clone().unwrap_or_default();
+        assert!(a.contains_key("org.chunkah.component"), "{a:?}");
+        assert!(!a.contains_key("ostree.components"), "{a:?}");
+    }
+    let labels = state
+        .configuration
+        .config()
+        .as_ref()
+        .and_then(|c| c.labels().clone())
+        .unwrap_or_default();
+    assert!(!labels.contains_key("ostree.commit") && !labels.contains_key("ostree.final-diffid"));
+    assert_eq!(blobs, layers.len(), "a ref per layer");
+    let path = m.root.0.join("ostree/repo");
+    assert_eq!(layers_without_ref(&path, layers), 0);
+    // The tree the layers merge into is the OS build's own: same files,
+    // owners, modes, xattrs and SELinux labels (the build committed it
+    // with the same policy by the same ostree), so the same root checksum.
+    let tree = |repo: &Path, commit: &str| {
+        must(
+            Command::new("ostree")
+                .arg(format!("--repo={}", repo.display()))
+                .args(["ls", "-C", "-d", commit, "/"]),
+        )
+    };
+    let cache_repo = b.root.join("cache/repo");
+    let own_commit = os()["commit"].as_str().unwrap();
+    let ours = tree(&path, &state.merge_commit);
+    let build = tree(&fixture_dir().join("repo"), own_commit);
+    must(
+        Command::new("ostree")
+            .arg(format!("--repo={}", cache_repo.display()))
+            .arg("pull-local")
+            .arg(fixture_dir().join("repo"))
+            .arg(own_commit),
+    );
+    let diff = must(
+        Command::new("ostree")
+            .arg(format!("--repo={}", cache_repo.display()))
+            .args(["diff", own_commit, &state.merge_commit]),
+    );
+    eprintln!("the OS build's commit vs the merged chunkah layers:\n{diff}");
+    assert!(diff.trim().is_empty(), "{diff}");
+    assert_eq!(
+        ours.split_whitespace().nth(4),
+        build.split_whitespace().nth(4)
+    );
+    // The disk's own judges.
+    assert!(m.deployment.join(".ostree.cfs").is_file());
+    drop(m);
+    for (what, n, out) in relabel_counts(b, "chunkah") {
+        eprintln!("chunkah {what}: the OS's setfiles -n would relabel {n} files");
+        assert_eq!(n, 0, "{what}: the OS's setfiles would relabel:\n{out}");
+    }
+    boots_on_composefs(b, "qemu", Firmware::Bios, "chunkah");
+
+    // The check bites: a repo with only the merge commit lacks every
+    // layer.
+    let bare = b.root.join("chunkah-negative-repo");
+    fresh_repo(&bare);
+    assert_eq!(layers_without_ref(&bare, layers), layers.len());
+    std::fs::remove_dir_all(&bare).unwrap();
+}
+
+#[test]
+fn a_chunkah_image_with_no_kernel_says_so() {
+    os();
+    let root = scratch("faithful-chunkah-nokernel");
+    let _ = std::fs::remove_dir_all(&root);
+    let out = root.join("out");
+    let line = expect_error(
+        &root.join("cache"),
+        &[
+            "generate",
+            &oci("release-faithful-chunkah-nokernel"),
+            "metal",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        "no kernel",
+    );
+    for w in [
+        "carries no ostree commit",
+        "/usr/lib/modules",
+        "not a bootable",
+    ] {
+        assert!(line.contains(w), "'{w}' not in: {line}");
+    }
+    assert!(!out.exists(), "output directory created");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(root.to_str().unwrap()), "{mounts}");
+    let loops = must(Command::new("losetup").arg("-a"));
+    assert!(!loops.contains(root.to_str().unwrap()), "{loops}");
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -175,6 +175,17 @@ pub fn cannot_run(what: &str, arch: &str, binfmt_dir: &Path) -> Option<String> {
     })
 }
 
+/// The directories the namespace mounts over, made where the tree lacks them.
+fn make_mount_points(dir: &Path) -> Result<()> {
+    for m in MOUNT_POINTS {
+        let p = dir.join(m);
+        if std::fs::symlink_metadata(&p).is_err() {
+            std::fs::create_dir(&p).with_context(|| format!("creating {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 impl Buildroot {
     /// The buildroot of `commit` under `cache_dir/buildroot/`, checked out
     /// from `repo` the first time (into a scratch name, then renamed, so a
@@ -206,13 +217,7 @@ impl Buildroot {
             ))
             .with_context(|| format!("checking out the OS tree {commit} as a buildroot"))
             .and_then(|_| {
-                for m in MOUNT_POINTS {
-                    let p = tmp.join(m);
-                    if std::fs::symlink_metadata(&p).is_err() {
-                        std::fs::create_dir(&p)
-                            .with_context(|| format!("creating {}", p.display()))?;
-                    }
-                }
+                make_mount_points(&tmp)?;
                 std::fs::rename(&tmp, &dir)
                     .with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()))
             });
@@ -224,6 +229,18 @@ impl Buildroot {
                 }
             }
         }
+        Buildroot::probe(dir, arch)
+    }
+
+    /// A buildroot of a tree already on disk (the merged layers of an image
+    /// with no ostree commit): the namespace's mount points are made in it.
+    pub fn from_tree(dir: PathBuf, arch: &str) -> Result<Buildroot> {
+        make_mount_points(&dir)?;
+        Buildroot::probe(dir, arch)
+    }
+
+    /// Check that the tree's ostree runs here and read its version.
+    fn probe(dir: PathBuf, arch: &str) -> Result<Buildroot> {
         let bin = dir.join(OSTREE);
         let mut head = [0u8; 20];
         {

@@ -4,6 +4,7 @@
 //! itself (version, kernel, osname, bootimage configuration).
 pub mod config;
 pub mod gc;
+pub mod nonostree;
 pub mod repo;
 
 use crate::image::fetch::{Fetcher, Image};
@@ -85,6 +86,10 @@ pub struct ImportRecord {
     pub labels: BTreeMap<String, String>,
     /// Legacy images: the `/bootimage.json` found at the image root.
     pub bootimage_json: Option<String>,
+    /// Images with no ostree commit (chunkah's): whose ostree wrote the
+    /// merge commit from their layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_by: Option<String>,
 }
 
 impl Cache {
@@ -237,7 +242,7 @@ async fn import_native(
     img: &Image,
     labels: BTreeMap<String, String>,
 ) -> Result<ImportRecord> {
-    use ostree_ext::container::{store, OstreeImageReference};
+    use ostree_ext::container::OstreeImageReference;
     let imgref = OstreeImageReference::try_from(
         format!(
             "ostree-unverified-image:{}",
@@ -246,62 +251,98 @@ async fn import_native(
         .as_str(),
     )
     .with_context(|| format!("OS image reference {}", img.reference))?;
-    let repo = ostree_ext::ostree::Repo::new_for_path(&cache.repo.path);
-    repo.open(ostree_ext::gio::Cancellable::NONE)
-        .context("opening the cache repo")?;
-    let cfg = fetcher.opts.proxy_config(&fetcher.scratch);
-    let mut imp = store::ImageImporter::new(&repo, &imgref, cfg)
-        .await
-        .with_context(|| format!("importing OS image {}", img.reference))?;
-    imp.disable_gc();
-    let state = match imp
-        .prepare()
-        .await
-        .with_context(|| format!("importing OS image {}", img.reference))?
-    {
-        store::PrepareResult::AlreadyPresent(s) => s,
-        store::PrepareResult::Ready(p) if p.layers.is_empty() => {
-            tracing::info!(
-                "importing {} layer(s) of {}",
-                p.layers_to_fetch().count(),
-                img.reference
-            );
-            imp.import(p)
-                .await
-                .map_err(|e| anyhow!("importing OS image {}: {e:#}", img.reference))?
-        }
-        store::PrepareResult::Ready(p) => {
-            import_derived(cache, &repo, &imgref, fetcher, img, imp, p).await?
-        }
+    let done = if nonostree::is_nonostree(&labels) {
+        let image_ref = ostree_ext::refescape::prefix_escape_for_ref(
+            IMAGE_REF_PREFIX,
+            &imgref.imgref.to_string(),
+        )?;
+        nonostree::import(cache, fetcher, img, &image_ref).await?
+    } else {
+        import_ostree_native(cache, fetcher, img, &imgref).await?
     };
-    if state.manifest_digest.to_string() != img.digest {
-        bail!(
-            "OS image {} changed while importing (digest {} then {}): retry",
-            img.reference,
-            img.digest,
-            state.manifest_digest
-        );
-    }
     Ok(ImportRecord {
         image_digest: img.digest.clone(),
         image: img.reference.to_string(),
         format: OsFormat::OstreeNative,
-        commit: state.merge_commit.clone(),
-        base_commit: Some(state.base_commit.clone()),
-        dropped: dropped_by_import(&repo, &state.merge_commit)?,
+        commit: done.merge_commit,
+        base_commit: Some(done.base_commit),
+        dropped: done.dropped,
         labels,
         bootimage_json: None,
+        committed_by: Some(done.committed_by).filter(|s| !s.is_empty()),
     })
 }
 
+/// An image with an ostree commit: through ostree-ext, its derived layers
+/// (if any) through [`import_derived`].
+async fn import_ostree_native(
+    cache: &Cache,
+    fetcher: &Fetcher,
+    img: &Image,
+    imgref: &ostree_ext::container::OstreeImageReference,
+) -> Result<nonostree::Imported> {
+    use ostree_ext::container::store;
+    let repo = ostree_ext::ostree::Repo::new_for_path(&cache.repo.path);
+    repo.open(ostree_ext::gio::Cancellable::NONE)
+        .context("opening the cache repo")?;
+    let cfg = fetcher.opts.proxy_config(&fetcher.scratch);
+    let mut imp = store::ImageImporter::new(&repo, imgref, cfg)
+        .await
+        .with_context(|| format!("importing OS image {}", img.reference))?;
+    imp.disable_gc();
+    Ok(
+        match imp
+            .prepare()
+            .await
+            .with_context(|| format!("importing OS image {}", img.reference))?
+        {
+            store::PrepareResult::Ready(p) if !p.layers.is_empty() => {
+                import_derived(cache, &repo, imgref, fetcher, img, imp, p).await?
+            }
+            prep => {
+                let state = match prep {
+                    store::PrepareResult::AlreadyPresent(s) => s,
+                    store::PrepareResult::Ready(p) => {
+                        tracing::info!(
+                            "importing {} layer(s) of {}",
+                            p.layers_to_fetch().count(),
+                            img.reference
+                        );
+                        imp.import(p)
+                            .await
+                            .map_err(|e| anyhow!("importing OS image {}: {e:#}", img.reference))?
+                    }
+                };
+                if state.manifest_digest.to_string() != img.digest {
+                    bail!(
+                        "OS image {} changed while importing (digest {} then {}): retry",
+                        img.reference,
+                        img.digest,
+                        state.manifest_digest
+                    );
+                }
+                nonostree::Imported {
+                    dropped: dropped_by_import(&repo, &state.merge_commit)?,
+                    merge_commit: state.merge_commit,
+                    base_commit: state.base_commit,
+                    committed_by: String::new(),
+                }
+            }
+        },
+    )
+}
+
 /// A derived image (layers over the OS build's commit), imported as the
-/// OS's own ostree-ext would: how a derived layer's `/var` is written
+/// OS's own ostree-ext would. How a derived layer's `/var` is written
 /// depends on the libostree doing it (ostree-ext `tar/write.rs`: before
 /// 2024.3 it is moved to `/usr/share/factory/var`; from 2024.3 it stays,
-/// and the deploy seeds the stateroot's `/var` from it), and a node's
-/// rpm-ostree or bootc runs the OS's. So the base is imported first, the
-/// OS's ostree version read from its buildroot, and the derived layers
-/// imported for that version.
+/// and the deploy seeds the stateroot's `/var` from it), and today's
+/// ostree-ext labels the merged tree with the merged tree's SELinux policy
+/// (ostree-ext 0.15: the base's). So the base is imported first, then the
+/// derived layers by our own importer (`nonostree::import_derived`), which
+/// merges them and has the OS's ostree commit and label the result. Not
+/// as root, ostree-ext 0.15 imports them for the OS's ostree version, with
+/// the base's labels, and the run says so.
 async fn import_derived(
     cache: &Cache,
     repo: &ostree_ext::ostree::Repo,
@@ -310,7 +351,7 @@ async fn import_derived(
     img: &Image,
     imp: ostree_ext::container::store::ImageImporter,
     mut p: Box<ostree_ext::container::store::PreparedImport>,
-) -> Result<Box<ostree_ext::container::store::LayeredImageState>> {
+) -> Result<nonostree::Imported> {
     use ostree_ext::container::store;
     let what = || format!("importing OS image {}", img.reference);
     // The base alone (its merge commit and image ref are dropped below).
@@ -325,6 +366,30 @@ async fn import_derived(
         .await
         .map_err(|e| anyhow!("{}: {e:#}", what()))?;
     store::remove_image(repo, &imgref.imgref).with_context(what)?;
+    if base.manifest_digest.to_string() != img.digest {
+        bail!(
+            "OS image {} changed while importing (digest {} then {}): retry",
+            img.reference,
+            img.digest,
+            base.manifest_digest
+        );
+    }
+    if nonostree::is_root() {
+        let image_ref = ostree_ext::refescape::prefix_escape_for_ref(
+            IMAGE_REF_PREFIX,
+            &imgref.imgref.to_string(),
+        )?;
+        let descs: Vec<_> = derived.iter().map(|l| l.layer().clone()).collect();
+        return nonostree::import_derived(
+            cache,
+            fetcher,
+            img,
+            &image_ref,
+            &base.base_commit,
+            &descs,
+        )
+        .await;
+    }
     let version = os_ostree_version(cache, &base.base_commit, img)?;
     let cfg = fetcher.opts.proxy_config(&fetcher.scratch);
     let mut imp = store::ImageImporter::new(repo, imgref, cfg)
@@ -334,8 +399,8 @@ async fn import_derived(
     if let Some((y, m)) = version {
         imp.set_ostree_version(y, m);
     }
-    match imp.prepare().await.with_context(what)? {
-        store::PrepareResult::AlreadyPresent(s) => Ok(s),
+    let state = match imp.prepare().await.with_context(what)? {
+        store::PrepareResult::AlreadyPresent(s) => s,
         store::PrepareResult::Ready(p) => {
             tracing::info!(
                 "importing {} derived layer(s) of {} as the OS's ostree {} would",
@@ -347,9 +412,15 @@ async fn import_derived(
             );
             imp.import(p)
                 .await
-                .map_err(|e| anyhow!("{}: {e:#}", what()))
+                .map_err(|e| anyhow!("{}: {e:#}", what()))?
         }
-    }
+    };
+    Ok(nonostree::Imported {
+        dropped: dropped_by_import(repo, &state.merge_commit)?,
+        merge_commit: state.merge_commit,
+        base_commit: state.base_commit,
+        committed_by: "ostree-ext 0.15 with this host's libostree, the derived layers labelled with the base's policy (the merged tree's, as today's ostree-ext does, needs root here)".into(),
+    })
 }
 
 /// The version of the ostree the OS build `commit` ships, as (year,
@@ -517,6 +588,7 @@ async fn import_legacy(
         dropped: Vec::new(),
         labels,
         bootimage_json,
+        committed_by: None,
     })
 }
 

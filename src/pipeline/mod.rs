@@ -116,8 +116,20 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<()> {
         aws: aws.as_ref().zip(ami_spec.as_ref()),
     };
     let mut job = b.disk_job()?;
-    let deployed_by;
+    let mut deployed_by;
     (job.buildroot, deployed_by) = deployer(s, &loaded, &plan, os, &reporter)?;
+    // Layers merged here (an image with no ostree commit, or derived
+    // layers): whose ostree wrote the merge commit, with whose labels.
+    if let Some(by) = loaded
+        .import
+        .as_ref()
+        .and_then(|(r, _)| r.committed_by.as_ref())
+    {
+        reporter.note(&format!(
+            "OS image layers merged and labelled with the merged tree's SELinux policy by {by}"
+        ));
+        deployed_by.insert("import-committed-by".into(), by.clone().into());
+    }
     let base = base_disk(s, &loaded, &plan, &job, &reporter)?;
     let osmets = b.pack_osmets(&base)?;
     let mut m = artifacts(&b, &base, &plan, &osmets, new_meta)?;
