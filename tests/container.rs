@@ -585,12 +585,7 @@ fn inputs_key_at(root: &Path, paths: &[&str]) -> String {
     files.sort();
     let mut h = Sha256::new();
     for f in files {
-        h.update(
-            f.strip_prefix(top())
-                .unwrap()
-                .as_os_str()
-                .as_encoded_bytes(),
-        );
+        h.update(f.strip_prefix(root).unwrap().as_os_str().as_encoded_bytes());
         h.update([0]);
         match std::fs::read_link(&f) {
             Ok(t) => h.update(t.as_os_str().as_encoded_bytes()),

@@ -573,7 +573,6 @@ fn is_transient(msg: &str) -> bool {
         "timeout",
         "timed out",
         "too many requests",
-        "429",
         "500 internal server error",
         "502 bad gateway",
         "503 service unavailable",
@@ -593,6 +592,19 @@ fn is_transient(msg: &str) -> bool {
     ]
     .iter()
     .any(|k| m.contains(k))
+        || has_status(&m, "429")
+}
+
+/// True when `msg` holds the HTTP status `code` as a word of its own, not
+/// as digits inside a longer name or number (a temporary directory such as
+/// `/var/tmp/oci1793401859` is no 401).
+fn has_status(msg: &str, code: &str) -> bool {
+    msg.match_indices(code).any(|(i, _)| {
+        let before = msg[..i].chars().next_back();
+        let after = msg[i + code.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric())
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
 }
 
 /// Parse JSON into `T`, naming the object, the field path and the cause.
@@ -711,7 +723,7 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
         format!("{r}: the TLS certificate of {host} is not trusted ({detail}): pass --cert-dir DIR holding its CA (*.crt), or --insecure to skip verification")
     } else if low.contains("unauthorized")
         || low.contains("authentication required")
-        || low.contains("401")
+        || has_status(&low, "401")
     {
         let have = opts.hosts_with_credentials().iter().any(|h| {
             h.trim_start_matches("https://")
@@ -726,7 +738,7 @@ pub fn explain_error(r: &ImageRef, raw: &str, opts: &FetchOptions) -> anyhow::Er
     } else if low.contains("permission denied") || low.contains("operation not permitted") {
         // A local file (credentials, certificates, a layout), not the registry.
         format!("{r}: a local file could not be read ({detail}): fix its permissions, or pass --registry-config / --cert-dir with readable files")
-    } else if low.contains("denied") || low.contains("403") {
+    } else if low.contains("denied") || has_status(&low, "403") {
         format!("{r}: access denied by {host} (403): the credentials lack pull rights on this repository")
     } else if low.contains("no descriptor found for reference") {
         let tags = match r {
@@ -804,6 +816,18 @@ mod tests {
             &o,
         );
         assert!(e.to_string().contains("403"), "{e}");
+        // Digits inside a temporary name are no status code (the flake of
+        // inspect's truncated_oci_archive: `/var/tmp/oci...401...`).
+        let raw =
+            "creating temp directory: untarring file \"/var/tmp/oci1793401859\": unexpected EOF";
+        let e = explain_error(&r(), raw, &o);
+        assert!(!e.to_string().contains("401"), "{e}");
+        assert!(has_status("unexpected status 401 unauthorized", "401"));
+        assert!(has_status("(401)", "401"));
+        assert!(!has_status("oci1793401859", "401"));
+        assert!(!has_status("sha256:4039a", "403"));
+        assert!(is_transient("registry said 429"));
+        assert!(!is_transient("no such file /var/tmp/x14290"));
     }
     #[test]
     fn configs_without_optional_fields() {
