@@ -169,36 +169,97 @@ fn put_image(
     Ok(md)
 }
 
-fn add_image(args: &[String]) -> Result<()> {
-    let mut layout = None;
-    let mut tag = None;
-    let mut layers: Vec<Vec<u8>> = Vec::new();
-    let mut labels = serde_json::Map::new();
-    let mut arch = "amd64".to_string();
-    let (mut zstd, mut docker, mut minimal) = (false, false, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--tag" => tag = Some(val()),
-            "--layer-dir" => layers.push(layer_from_dir(Path::new(&val()))?),
-            "--layer-tar" => layers.push(std::fs::read(val())?),
-            "--label" => {
-                let v = val();
-                let (k, x) = v.split_once('=').context("--label K=V")?;
-                labels.insert(k.into(), x.into());
+/// A subcommand's options: `--name VALUE` (any may repeat; the order of
+/// all is kept) and bare `--flag`s. Anything else, or a missing value,
+/// prints the usage.
+struct Opts {
+    values: Vec<(&'static str, String)>,
+    flags: Vec<&'static str>,
+}
+
+impl Opts {
+    fn parse(args: &[String], with_value: &[&'static str], flags: &[&'static str]) -> Opts {
+        let mut o = Opts {
+            values: Vec::new(),
+            flags: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if let Some(k) = with_value.iter().find(|k| **k == a.as_str()) {
+                o.values
+                    .push((k, it.next().cloned().unwrap_or_else(|| usage())));
+            } else if let Some(f) = flags.iter().find(|f| **f == a.as_str()) {
+                o.flags.push(f);
+            } else {
+                usage()
             }
-            "--arch" => arch = val(),
-            "--zstd" => zstd = true,
-            "--docker" => docker = true,
-            "--minimal-config" => minimal = true,
-            _ => usage(),
+        }
+        o
+    }
+    /// Every value of `k`, in order.
+    fn all(&self, k: &str) -> Vec<String> {
+        (self.values.iter())
+            .filter(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+    /// The last value of `k`.
+    fn get(&self, k: &str) -> Option<String> {
+        self.all(k).pop()
+    }
+    /// The value of a required `k`.
+    fn need(&self, k: &str) -> String {
+        self.get(k).unwrap_or_else(|| usage())
+    }
+    fn path(&self, k: &str) -> PathBuf {
+        PathBuf::from(self.need(k))
+    }
+    fn has(&self, f: &str) -> bool {
+        self.flags.contains(&f)
+    }
+    /// The `--label K=V` values as (K, V).
+    fn labels(&self) -> Result<Vec<(String, String)>> {
+        (self.all("--label").iter())
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').context("--label K=V")?;
+                Ok((k.to_string(), v.to_string()))
+            })
+            .collect()
+    }
+}
+
+fn add_image(args: &[String]) -> Result<()> {
+    let o = Opts::parse(
+        args,
+        &[
+            "--layout",
+            "--tag",
+            "--layer-dir",
+            "--layer-tar",
+            "--label",
+            "--arch",
+        ],
+        &["--zstd", "--docker", "--minimal-config"],
+    );
+    let (layout, tag) = (o.path("--layout"), o.need("--tag"));
+    let mut layers: Vec<Vec<u8>> = Vec::new();
+    for (k, v) in &o.values {
+        match *k {
+            "--layer-dir" => layers.push(layer_from_dir(Path::new(v))?),
+            "--layer-tar" => layers.push(std::fs::read(v)?),
+            _ => {}
         }
     }
-    let (Some(layout), Some(tag)) = (layout, tag) else {
-        usage()
-    };
+    let mut labels = serde_json::Map::new();
+    for (k, v) in o.labels()? {
+        labels.insert(k, v.into());
+    }
+    let arch = o.get("--arch").unwrap_or_else(|| "amd64".into());
+    let (zstd, docker, minimal) = (
+        o.has("--zstd"),
+        o.has("--docker"),
+        o.has("--minimal-config"),
+    );
     if zstd && docker {
         bail!("--zstd and --docker: Docker schema 2 has no zstd layer type");
     }
@@ -240,25 +301,27 @@ fn read_blob(layout: &Path, digest: &str) -> Result<Vec<u8>> {
 /// with its labels (and everything else) kept, `rootfs.diff_ids` and
 /// `history` extended, `created` updated.
 fn derive(args: &[String]) -> Result<()> {
-    let (mut layout, mut from, mut tag, mut dir) = (None, None, None, None);
-    let mut zstd = false;
-    let mut created_by = "/bin/sh -c #(nop) COPY dir:layer in / ".to_string();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--from-tag" => from = Some(val()),
-            "--tag" => tag = Some(val()),
-            "--layer-dir" => dir = Some(PathBuf::from(val())),
-            "--zstd" => zstd = true,
-            "--created-by" => created_by = val(),
-            _ => usage(),
-        }
-    }
-    let (Some(layout), Some(from), Some(tag), Some(dir)) = (layout, from, tag, dir) else {
-        usage()
-    };
+    let o = Opts::parse(
+        args,
+        &[
+            "--layout",
+            "--from-tag",
+            "--tag",
+            "--layer-dir",
+            "--created-by",
+        ],
+        &["--zstd"],
+    );
+    let (layout, from, tag, dir) = (
+        o.path("--layout"),
+        o.need("--from-tag"),
+        o.need("--tag"),
+        o.path("--layer-dir"),
+    );
+    let zstd = o.has("--zstd");
+    let created_by = o
+        .get("--created-by")
+        .unwrap_or_else(|| "/bin/sh -c #(nop) COPY dir:layer in / ".into());
     let (mut manifest, mut config) = load_image(&layout, &from)?;
     let tar = layer_from_dir(&dir)?;
     config["rootfs"]["diff_ids"]
@@ -281,27 +344,13 @@ fn derive(args: &[String]) -> Result<()> {
 /// `podman build` writes `FROM base` + `LABEL ...`: layers kept, only the
 /// config's `config.Labels` changed (and an empty-layer history entry).
 fn relabel(args: &[String]) -> Result<()> {
-    let (mut layout, mut from, mut tag) = (None, None, None);
-    let (mut set, mut unset) = (Vec::new(), Vec::new());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--from-tag" => from = Some(val()),
-            "--tag" => tag = Some(val()),
-            "--label" => {
-                let kv = val();
-                let (k, v) = kv.split_once('=').unwrap_or_else(|| usage());
-                set.push((k.to_string(), v.to_string()));
-            }
-            "--unlabel" => unset.push(val()),
-            _ => usage(),
-        }
-    }
-    let (Some(layout), Some(from), Some(tag)) = (layout, from, tag) else {
-        usage()
-    };
+    let o = Opts::parse(
+        args,
+        &["--layout", "--from-tag", "--tag", "--label", "--unlabel"],
+        &[],
+    );
+    let (layout, from, tag) = (o.path("--layout"), o.need("--from-tag"), o.need("--tag"));
+    let (set, unset) = (o.labels()?, o.all("--unlabel"));
     let (manifest, mut config) = load_image(&layout, &from)?;
     if !config["config"].is_object() {
         config["config"] = json!({});
@@ -371,20 +420,8 @@ fn store_image(layout: &Path, tag: &str, mut manifest: Value, config: &Value) ->
 /// encapsulate records the host's arch; the test OS of another arch is
 /// encapsulated on this host, then relabelled.
 fn set_arch(args: &[String]) -> Result<()> {
-    let (mut layout, mut tag, mut arch) = (None, None, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--tag" => tag = Some(val()),
-            "--arch" => arch = Some(val()),
-            _ => usage(),
-        }
-    }
-    let (Some(layout), Some(tag), Some(arch)) = (layout, tag, arch) else {
-        usage()
-    };
+    let o = Opts::parse(args, &["--layout", "--tag", "--arch"], &[]);
+    let (layout, tag, arch) = (o.path("--layout"), o.need("--tag"), o.need("--arch"));
     let (manifest, mut config) = load_image(&layout, &tag)?;
     config["architecture"] = json!(arch);
     match arch.as_str() {
@@ -398,21 +435,8 @@ fn set_arch(args: &[String]) -> Result<()> {
 
 /// An OCI image index of manifests already in the layout, one per arch.
 fn index(args: &[String]) -> Result<()> {
-    let (mut layout, mut tag) = (None, None);
-    let mut entries = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--tag" => tag = Some(val()),
-            "--entry" => entries.push(val()),
-            _ => usage(),
-        }
-    }
-    let (Some(layout), Some(tag)) = (layout, tag) else {
-        usage()
-    };
+    let o = Opts::parse(args, &["--layout", "--tag", "--entry"], &[]);
+    let (layout, tag, entries) = (o.path("--layout"), o.need("--tag"), o.all("--entry"));
     let mut manifests = Vec::new();
     for e in entries {
         let (arch, digest) = e.split_once('=').context("--entry ARCH=DIGEST")?;
@@ -462,25 +486,13 @@ fn find_tag(layout: &Path, tag: &str) -> Result<Value> {
 }
 
 fn merge(args: &[String]) -> Result<()> {
-    let mut from = None;
-    let mut from_tag = None;
-    let mut layout = None;
-    let mut tag = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--from" => from = Some(PathBuf::from(val())),
-            "--from-tag" => from_tag = Some(val()),
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--tag" => tag = Some(val()),
-            _ => usage(),
-        }
-    }
-    let (Some(from), Some(from_tag), Some(layout), Some(tag)) = (from, from_tag, layout, tag)
-    else {
-        usage()
-    };
+    let o = Opts::parse(args, &["--from", "--from-tag", "--layout", "--tag"], &[]);
+    let (from, from_tag, layout, tag) = (
+        o.path("--from"),
+        o.need("--from-tag"),
+        o.path("--layout"),
+        o.need("--tag"),
+    );
     init_layout(&layout)?;
     for e in std::fs::read_dir(from.join("blobs/sha256"))? {
         let e = e?;
@@ -550,29 +562,32 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 /// one layer per component, each carrying the parent directories of its
 /// files, the smallest components packed into one layer past the limit.
 fn chunkah(args: &[String]) -> Result<()> {
-    let (mut layout, mut tag, mut rootfs, mut comps) = (None, None, None, None);
-    let mut max_layers = 64usize;
-    let mut labels = serde_json::Map::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--layout" => layout = Some(PathBuf::from(val())),
-            "--tag" => tag = Some(val()),
-            "--rootfs" => rootfs = Some(PathBuf::from(val())),
-            "--components" => comps = Some(PathBuf::from(val())),
-            "--max-layers" => max_layers = val().parse().context("--max-layers N")?,
-            "--label" => {
-                let v = val();
-                let (k, x) = v.split_once('=').context("--label K=V")?;
-                labels.insert(k.into(), x.into());
-            }
-            _ => usage(),
-        }
-    }
-    let (Some(layout), Some(tag), Some(rootfs), Some(comps)) = (layout, tag, rootfs, comps) else {
-        usage()
+    let o = Opts::parse(
+        args,
+        &[
+            "--layout",
+            "--tag",
+            "--rootfs",
+            "--components",
+            "--max-layers",
+            "--label",
+        ],
+        &[],
+    );
+    let (layout, tag, rootfs, comps) = (
+        o.path("--layout"),
+        o.need("--tag"),
+        o.path("--rootfs"),
+        o.path("--components"),
+    );
+    let max_layers: usize = match o.get("--max-layers") {
+        Some(n) => n.parse().context("--max-layers N")?,
+        None => 64,
     };
+    let mut labels = serde_json::Map::new();
+    for (k, v) in o.labels()? {
+        labels.insert(k, v.into());
+    }
     let mut owner = std::collections::HashMap::new();
     for line in std::fs::read_to_string(&comps)?.lines() {
         if let Some((p, c)) = line.split_once('\t') {
@@ -694,19 +709,9 @@ fn main() -> Result<()> {
         "merge" => merge(&args[2..]),
         "chunkah" => chunkah(&args[2..]),
         "digest" => {
-            let (mut layout, mut tag) = (None, None);
-            let mut it = args[2..].iter();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--layout" => layout = it.next().map(PathBuf::from),
-                    "--tag" => tag = it.next().cloned(),
-                    _ => usage(),
-                }
-            }
-            let (Some(l), Some(t)) = (layout, tag) else {
-                usage()
-            };
-            println!("{}", find_tag(&l, &t)?["digest"].as_str().unwrap_or(""));
+            let o = Opts::parse(&args[2..], &["--layout", "--tag"], &[]);
+            let d = find_tag(&o.path("--layout"), &o.need("--tag"))?;
+            println!("{}", d["digest"].as_str().unwrap_or(""));
             Ok(())
         }
         "ostree-ext" => {
