@@ -327,7 +327,8 @@ pub struct VmArgs {
     #[arg(long, value_name = "N")]
     pub vm_cpus: Option<u32>,
     /// Stop the backend VM when it shows no sign of life for this many
-    /// seconds (nested KVM can start and then hang).
+    /// seconds (nested KVM can start and then hang); while it boots, before
+    /// its first sign of life, it gets at least 120 s.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub vm_watchdog: u64,
 }

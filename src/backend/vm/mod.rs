@@ -29,6 +29,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The least time the backend VM gets to show its first sign of life (the
+/// watchdog's window while it boots; `--vm-watchdog` applies after).
+const BOOT_ALLOWANCE: Duration = Duration::from_secs(120);
 /// Bump when the appliance's make-up changes in a way the key does not see.
 const APPLIANCE_FORMAT: &str = "1";
 /// Packages whose programs the job runs inside the VM (besides the
@@ -665,6 +668,10 @@ pub fn run(
         s
     });
     let watchdog = Duration::from_secs(args.vm_watchdog.max(1));
+    // Until its first sign of life the VM is booting, which under TCG on a
+    // loaded host can itself take a minute: that phase gets at least
+    // BOOT_ALLOWANCE, the watchdog's own window applies once it runs.
+    let boot_window = watchdog.max(BOOT_ALLOWANCE);
     let mut last = Instant::now();
     let mut alive = false;
     loop {
@@ -685,12 +692,13 @@ pub fn run(
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if last.elapsed() > watchdog {
+                let window = if alive { watchdog } else { boot_window };
+                if last.elapsed() > window {
                     drop(vm);
                     let console = keep_console(&console, cache_dir);
                     bail!(
                         "the backend VM made no progress for {} s ({}) and was stopped; {} (console log: {})",
-                        watchdog.as_secs(),
+                        window.as_secs(),
                         if alive { "its heartbeat stopped" } else { "it never showed a sign of life" },
                         if kvm {
                             "nested KVM can start and then hang on some hosts: try --backend nokvm"
