@@ -505,7 +505,7 @@ fn assert_no_partial_buildroot(cache: &Path) {
 
 #[test]
 fn a_buildroot_whose_ostree_cannot_start_is_named() {
-    // The ELF interpreter gone: the kernel cannot start /usr/bin/ostree.
+    // The ELF interpreter gone: named before anything runs.
     let cache = damaged_buildroot("faithful-noldso", |br| {
         std::fs::remove_file(br.join("usr/lib64/ld-linux-x86-64.so.2")).unwrap();
     });
@@ -513,45 +513,64 @@ fn a_buildroot_whose_ostree_cannot_start_is_named() {
         &cache,
         &[
             "/usr/bin/ostree",
+            "needs its ELF interpreter /lib64/ld-linux-x86-64.so.2",
+            "remove",
+        ],
+    );
+    // A library gone: the loader's own message, through the probe.
+    let cache = damaged_buildroot("faithful-nolib", |br| {
+        let lib = std::fs::read_dir(br.join("usr/lib/x86_64-linux-gnu"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("libostree-1.so"))
+            .expect("no libostree in the buildroot");
+        std::fs::remove_file(lib).unwrap();
+    });
+    refused_with(
+        &cache,
+        &[
+            "/usr/bin/ostree",
             "does not run in its buildroot",
+            "libostree-1.so",
             "remove that directory",
         ],
     );
 }
 
-#[test]
-fn an_os_ostree_of_an_arch_this_host_cannot_run_names_arch_and_package() {
-    // An aarch64 ELF header where the x86_64 ostree was (this host has no
-    // binfmt_misc handler for it: the run must say so before trying).
-    let cache = damaged_buildroot("faithful-aarch64", |br| {
+/// An ELF header of `machine` (little-endian, 64-bit, no program headers)
+/// where the OS's x86_64 ostree was.
+fn foreign_ostree(name: &str, machine: u8) -> PathBuf {
+    damaged_buildroot(name, |br| {
         let bin = br.join("usr/bin/ostree");
         let mut head = vec![0u8; 64];
         head[..4].copy_from_slice(b"\x7fELF");
         head[4] = 2;
         head[5] = 1;
-        head[18] = 0xb7;
+        head[18] = machine;
         std::fs::remove_file(&bin).unwrap();
         std::fs::write(&bin, head).unwrap();
-    });
-    let registered = std::fs::read_to_string("/proc/sys/fs/binfmt_misc/qemu-aarch64")
-        .is_ok_and(|s| s.starts_with("enabled"));
-    if registered {
-        // qemu-user runs it (and the fake binary fails): the probe's error.
-        refused_with(
-            &cache,
-            &["/usr/bin/ostree", "does not run in its buildroot"],
-        );
-    } else {
-        refused_with(
-            &cache,
-            &[
-                "/usr/bin/ostree",
-                "aarch64",
-                "qemu-user-static",
-                "qemu-aarch64",
-            ],
-        );
-    }
+    })
+}
+
+#[test]
+fn an_os_ostree_of_an_arch_qemu_user_lacks_names_binary_arch_and_package() {
+    // IA-64 (EM_IA_64 = 0x32): no qemu-user emulates it.
+    refused_with(
+        &foreign_ostree("faithful-ia64", 0x32),
+        &["/usr/bin/ostree", "ELF machine 0x32", "qemu-user-static"],
+    );
+    // aarch64: this host's static qemu-aarch64 runs it (no binfmt_misc
+    // needed), and the fake binary fails: the probe names the emulator.
+    refused_with(
+        &foreign_ostree("faithful-aarch64", 0xb7),
+        &[
+            "/usr/bin/ostree",
+            "aarch64, through",
+            "qemu-aarch64",
+            "does not run in its buildroot",
+        ],
+    );
 }
 
 #[test]

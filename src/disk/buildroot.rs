@@ -27,6 +27,8 @@ use std::process::Command;
 pub const OSTREE: &str = "usr/bin/ostree";
 /// Where binds appear inside the buildroot (a tmpfs, so any path works).
 pub const BIND_ROOT: &str = "/run/bootimage";
+/// Where the emulator appears in the buildroot (a file bind).
+const EMULATOR: &str = "/run/bootimage/qemu-user";
 /// Directories the namespace mounts over; made in the checkout if the
 /// commit lacks them (an ostree commit need not carry `/etc` or `/run`).
 const MOUNT_POINTS: [&str; 7] = ["proc", "sys", "dev", "run", "tmp", "var", "etc"];
@@ -48,7 +50,7 @@ if [ -d "$br/usr/etc" ]; then
   mount -o remount,bind,ro "$br/etc"
 fi
 while [ "$n" -gt 0 ]; do
-  mkdir -p "$br$2"
+  if [ -d "$1" ]; then mkdir -p "$br$2"; else mkdir -p "$(dirname "$br$2")"; : > "$br$2"; fi
   mount --rbind "$1" "$br$2"
   if [ "$3" = ro ]; then mount -o remount,bind,ro "$br$2"; fi
   shift 3; n=$((n - 1))
@@ -71,6 +73,10 @@ pub struct Buildroot {
     pub dir: PathBuf,
     /// `ostree --version`'s `Version:` of the OS's ostree.
     pub ostree_version: String,
+    /// The static qemu-user that runs the OS's programs on a host of
+    /// another arch (bound into the buildroot and run explicitly).
+    #[serde(default)]
+    pub emulator: Option<PathBuf>,
 }
 
 /// Whether the OS tree of `commit` ships an ostree CLI.
@@ -125,54 +131,224 @@ pub fn parse_ostree_version(out: &str) -> Option<String> {
     })
 }
 
-/// The ELF machine of a binary, as `uname -m` names it (`None` if not ELF
-/// or an unknown machine).
-pub fn elf_arch(head: &[u8]) -> Option<&'static str> {
+/// What the buildroot needs to know of an ELF file: its machine, by the
+/// name qemu-user gives it where one is known, and its interpreter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfInfo {
+    /// `e_machine`.
+    pub machine: u16,
+    /// As `uname -m` and qemu-user name it (`None`: a machine this tool
+    /// has no name for).
+    pub arch: Option<&'static str>,
+    /// `PT_INTERP` (the dynamic loader); `None` for a static binary, or
+    /// one whose program headers lie past `head`.
+    pub interp: Option<String>,
+}
+
+/// The ELF facts of a file that starts with `head` (`None`: not ELF).
+pub fn elf_info(head: &[u8]) -> Option<ElfInfo> {
     if head.len() < 20 || &head[..4] != b"\x7fELF" {
         return None;
     }
-    let machine = match head[5] {
-        1 => u16::from_le_bytes([head[18], head[19]]),
-        _ => u16::from_be_bytes([head[18], head[19]]),
+    let little = head[5] != 2;
+    let wide = head[4] == 2;
+    let num = |off: usize, len: usize| -> Option<u64> {
+        let b = head.get(off..off + len)?;
+        let mut v = 0u64;
+        for i in 0..len {
+            let byte = if little { b[len - 1 - i] } else { b[i] };
+            v = (v << 8) | u64::from(byte);
+        }
+        Some(v)
     };
-    Some(match machine {
-        0x3e => "x86_64",
-        0xb7 => "aarch64",
-        0x15 => "ppc64le",
-        0x16 => "s390x",
-        _ => return None,
+    let machine = num(18, 2)? as u16;
+    let arch = match (machine, little) {
+        (0x3e, _) => "x86_64",
+        (0xb7, _) => "aarch64",
+        (0x15, true) => "ppc64le",
+        (0x15, false) => "ppc64",
+        (0x16, _) => "s390x",
+        (0xf3, _) => "riscv64",
+        (0x03, _) => "i386",
+        (0x28, _) => "arm",
+        _ => "",
+    };
+    let interp = (|| {
+        // e_phoff, e_phentsize, e_phnum; each header's p_type, p_offset, p_filesz.
+        let (phoff, entsize, count) = match wide {
+            true => (num(0x20, 8)?, num(0x36, 2)?, num(0x38, 2)?),
+            false => (num(0x1c, 4)?, num(0x2a, 2)?, num(0x2c, 2)?),
+        };
+        for i in 0..count {
+            let h = usize::try_from(phoff + i * entsize).ok()?;
+            if num(h, 4)? != 3 {
+                continue;
+            }
+            let (off, size) = match wide {
+                true => (num(h + 8, 8)?, num(h + 0x20, 8)?),
+                false => (num(h + 4, 4)?, num(h + 0x10, 4)?),
+            };
+            let b = head.get(usize::try_from(off).ok()?..usize::try_from(off + size).ok()?)?;
+            let s = String::from_utf8_lossy(b)
+                .trim_end_matches('\0')
+                .to_string();
+            return (!s.is_empty()).then_some(s);
+        }
+        None
+    })();
+    Some(ElfInfo {
+        machine,
+        arch: (!arch.is_empty()).then_some(arch),
+        interp,
     })
+}
+
+/// The ELF machine of a binary, as `uname -m` names it (`None` if not ELF
+/// or an unknown machine).
+pub fn elf_arch(head: &[u8]) -> Option<&'static str> {
+    elf_info(head)?.arch
+}
+
+/// The first 64 KiB of a file: enough for an ELF header, its program
+/// headers and the interpreter's name.
+fn head_of(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64 << 10).read_to_end(&mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(head)
+}
+
+/// `path` (absolute, as the tree sees it) resolved inside the tree at
+/// `root`: symlinks followed with `root` as `/`, so an absolute link (Debian's
+/// `/lib64/ld-linux-x86-64.so.2`) never escapes to the host's files. `None`
+/// when some component is missing or the links loop.
+pub fn resolve_in(root: &Path, path: &str) -> Option<PathBuf> {
+    let mut todo: Vec<String> = path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .rev()
+        .map(str::to_string)
+        .collect();
+    let mut cur: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "." => continue,
+            ".." => {
+                cur.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let p = cur
+            .iter()
+            .fold(root.to_path_buf(), |p, c| p.join(c))
+            .join(&c);
+        let meta = std::fs::symlink_metadata(&p).ok()?;
+        if meta.file_type().is_symlink() {
+            hops += 1;
+            if hops > 40 {
+                return None;
+            }
+            let target = std::fs::read_link(&p).ok()?;
+            let t = target.to_string_lossy();
+            if t.starts_with('/') {
+                cur.clear();
+            }
+            todo.extend(
+                t.split('/')
+                    .filter(|c| !c.is_empty())
+                    .rev()
+                    .map(str::to_string),
+            );
+        } else {
+            cur.push(c);
+        }
+    }
+    Some(cur.iter().fold(root.to_path_buf(), |p, c| p.join(c)))
 }
 
 const BINFMT_DIR: &str = "/proc/sys/fs/binfmt_misc";
 
-/// Why this host cannot run a binary of `arch` (`None` when it can:
-/// natively, or through qemu-user registered with binfmt_misc under
-/// `binfmt_dir`). `what` names the binary.
-pub fn cannot_run(what: &str, arch: &str, binfmt_dir: &Path) -> Option<String> {
+/// The names a static qemu-user build of `arch` goes by (Debian 12 and
+/// Fedora: `qemu-<arch>-static`; from Debian 13 `qemu-user` itself is
+/// static, `qemu-<arch>`).
+fn emulator_names(arch: &str) -> [String; 2] {
+    [format!("qemu-{arch}-static"), format!("qemu-{arch}")]
+}
+
+/// How this host runs `what`, a program of the OS built for `elf`:
+/// `Ok(None)` natively (or through an enabled binfmt_misc handler with the
+/// `F` flag, which the kernel finds from inside the buildroot), `Ok(Some)`
+/// through that static qemu-user, run explicitly (no binfmt_misc
+/// registration needed). `Err` says why it cannot run, naming the binary,
+/// the arch and the package. `search` is where emulators are looked for
+/// (PATH); `binfmt_dir` the mounted binfmt_misc.
+pub fn runner(
+    what: &str,
+    elf: &ElfInfo,
+    search: &[PathBuf],
+    binfmt_dir: &Path,
+) -> std::result::Result<Option<PathBuf>, String> {
     let host = crate::util::arch::host_arch();
+    let Some(arch) = elf.arch else {
+        return Err(format!(
+            "{what} is built for ELF machine {:#x}, which this {host} host cannot run and qemu-user (package qemu-user-static) does not emulate here: use an OS image of x86_64, aarch64, ppc64le or s390x",
+            elf.machine
+        ));
+    };
     if arch == host {
-        return None;
+        return Ok(None);
     }
-    let handler = format!("qemu-{arch}");
-    let enabled = std::fs::read_to_string(binfmt_dir.join(&handler))
-        .map(|s| s.lines().next() == Some("enabled"))
-        .unwrap_or(false);
-    if enabled {
-        return None;
+    let mut dynamic = None;
+    for name in emulator_names(arch) {
+        for d in search {
+            let p = d.join(&name);
+            if !p.is_file() {
+                continue;
+            }
+            match head_of(&p).ok().as_deref().and_then(elf_info) {
+                Some(e) if e.interp.is_none() => return Ok(Some(p)),
+                _ => dynamic = dynamic.or(Some(p)),
+            }
+        }
     }
-    let installed = ["/usr/bin", "/usr/libexec/qemu-binfmt"]
-        .iter()
-        .any(|d| Path::new(d).join(format!("{handler}-static")).exists());
-    Some(match installed {
-        true => format!(
-            "{what} is built for {arch}, and this {host} host runs {arch} programs only through qemu-user: {handler}-static (package qemu-user-static) is installed but not registered with binfmt_misc (mount binfmt_misc on {}, then `update-binfmts --enable {handler}` or restart systemd-binfmt)",
-            binfmt_dir.display()
+    let handler =
+        std::fs::read_to_string(binfmt_dir.join(format!("qemu-{arch}"))).unwrap_or_default();
+    let enabled = handler.lines().next() == Some("enabled");
+    let fixed = handler
+        .lines()
+        .any(|l| l.strip_prefix("flags: ").is_some_and(|f| f.contains('F')));
+    if enabled && fixed {
+        return Ok(None);
+    }
+    Err(match dynamic {
+        Some(p) => format!(
+            "{what} is built for {arch}, and this {host} host runs {arch} programs only through qemu-user: {} is dynamically linked, so it cannot start inside the OS's tree; install the static build (package qemu-user-static; from Debian 13 qemu-user), or run on an {arch} host",
+            p.display()
         ),
-        false => format!(
-            "{what} is built for {arch}, and this {host} host cannot run it: install qemu-user-static (Debian, Ubuntu, Fedora, RHEL; it registers {handler} with binfmt_misc), or run on a {arch} host"
+        None => format!(
+            "{what} is built for {arch}, and this {host} host runs {arch} programs only through qemu-user, which is not installed ({} found nowhere on PATH): install qemu-user-static (Debian 12, Ubuntu, Fedora, RHEL; from Debian 13 qemu-user), or run on an {arch} host",
+            emulator_names(arch).join(" or ")
         ),
     })
+}
+
+/// Where emulators are looked for: PATH.
+fn search_path() -> Vec<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default()
+}
+
+/// `qemu-<arch> --version`'s first line (`qemu-aarch64 version 7.2.18 (...)`).
+pub fn emulator_version(emulator: &Path) -> String {
+    cmd::run_str(Command::new(emulator).arg("--version"))
+        .ok()
+        .and_then(|o| o.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "(version unknown)".into())
 }
 
 /// The directories the namespace mounts over, made where the tree lacks them.
@@ -241,30 +417,44 @@ impl Buildroot {
 
     /// Check that the tree's ostree runs here and read its version.
     fn probe(dir: PathBuf, arch: &str) -> Result<Buildroot> {
-        let bin = dir.join(OSTREE);
-        let mut head = [0u8; 20];
-        {
-            use std::io::Read;
-            let mut f =
-                std::fs::File::open(&bin).with_context(|| format!("opening the OS's /{OSTREE}"))?;
-            let _ = f.read(&mut head);
+        let what = format!("the OS's /{OSTREE}");
+        let elf = elf_info(&head_of(&dir.join(OSTREE))?).unwrap_or(ElfInfo {
+            machine: 0,
+            arch: None,
+            interp: None,
+        });
+        // A script or unknown file: taken to be for the disk's arch.
+        let elf = match elf.machine {
+            0 => ElfInfo {
+                arch: crate::util::arch::ARCHES
+                    .iter()
+                    .copied()
+                    .find(|a| *a == arch),
+                ..elf
+            },
+            _ => elf,
+        };
+        if let Some(i) = &elf.interp {
+            if !resolve_in(&dir, i).is_some_and(|p| p.is_file()) {
+                bail!(
+                    "{what} needs its ELF interpreter {i}, which the OS tree lacks (a damaged buildroot cache? remove {} and it is made again; else the OS image is incomplete)",
+                    dir.display()
+                );
+            }
         }
-        let bin_arch = elf_arch(&head).unwrap_or(arch);
-        if let Some(why) = cannot_run(
-            &format!("the OS's /{OSTREE}"),
-            bin_arch,
-            Path::new(BINFMT_DIR),
-        ) {
-            bail!("{why}");
-        }
+        let emulator = runner(&what, &elf, &search_path(), Path::new(BINFMT_DIR))
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let bin_arch = elf.arch.unwrap_or(arch);
         let mut b = Buildroot {
             dir,
             ostree_version: String::new(),
+            emulator,
         };
         let out = cmd::run_str(&mut b.command(&[], &["/usr/bin/ostree", "--version"])?)
             .with_context(|| {
                 format!(
-                    "the OS's /{OSTREE} ({bin_arch}) does not run in its buildroot {} (a damaged cache? remove that directory and it is made again)",
+                    "the OS's /{OSTREE} ({bin_arch}{}) does not run in its buildroot {} (a damaged cache? remove that directory and it is made again)",
+                    b.emulator.as_ref().map(|e| format!(", through {}", e.display())).unwrap_or_default(),
                     b.dir.display()
                 )
             })?;
@@ -308,11 +498,19 @@ impl Buildroot {
         ])
         .arg(self.setup_script()?)
         .arg(&self.dir)
-        .arg(binds.len().to_string());
-        for b in binds {
+        .arg((binds.len() + usize::from(self.emulator.is_some())).to_string());
+        let emulator = self.emulator.as_ref().map(|e| Bind {
+            host: e.clone(),
+            guest: EMULATOR.into(),
+            read_only: true,
+        });
+        for b in binds.iter().chain(emulator.as_ref()) {
             c.arg(&b.host)
                 .arg(&b.guest)
                 .arg(if b.read_only { "ro" } else { "rw" });
+        }
+        if emulator.is_some() {
+            c.arg(EMULATOR);
         }
         c.args(argv);
         Ok(c)
@@ -399,28 +597,131 @@ mod tests {
         assert_eq!(elf_arch(b"#!/bin/sh\n echo not elf.."), None);
     }
 
+    /// An ELF64 little-endian header for `machine`, with a PT_INTERP of
+    /// `interp` when given.
+    fn elf64(machine: u16, interp: Option<&str>) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 2;
+        h[5] = 1;
+        h[18..20].copy_from_slice(&machine.to_le_bytes());
+        if let Some(i) = interp {
+            h[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+            h[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+            h[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+            let mut ph = vec![0u8; 56];
+            ph[..4].copy_from_slice(&3u32.to_le_bytes());
+            ph[8..16].copy_from_slice(&120u64.to_le_bytes());
+            ph[0x20..0x28].copy_from_slice(&(i.len() as u64 + 1).to_le_bytes());
+            h.extend(ph);
+            h.extend(i.as_bytes());
+            h.push(0);
+        }
+        h
+    }
+
     #[test]
-    fn foreign_binaries_need_a_registered_qemu() {
+    fn elf_interpreter() {
+        let e = elf_info(&elf64(0xb7, Some("/lib/ld-linux-aarch64.so.1"))).unwrap();
+        assert_eq!(e.arch, Some("aarch64"));
+        assert_eq!(e.interp.as_deref(), Some("/lib/ld-linux-aarch64.so.1"));
+        let e = elf_info(&elf64(0x32, None)).unwrap();
+        assert_eq!((e.machine, e.arch, e.interp), (0x32, None, None));
+        // Program headers past the bytes read: no interpreter claimed.
+        let mut cut = elf64(0x3e, Some("/lib64/ld-linux-x86-64.so.2"));
+        cut.truncate(100);
+        assert_eq!(elf_info(&cut).unwrap().interp, None);
+    }
+
+    #[test]
+    fn paths_resolve_inside_the_tree() {
         let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("usr/lib/x86_64-linux-gnu")).unwrap();
+        std::fs::write(r.join("usr/lib/x86_64-linux-gnu/ld.so"), "x").unwrap();
+        std::os::unix::fs::symlink("usr/lib", r.join("lib")).unwrap();
+        std::fs::create_dir(r.join("usr/lib64")).unwrap();
+        std::os::unix::fs::symlink("usr/lib64", r.join("lib64")).unwrap();
+        // Absolute, as Debian ships /lib64/ld-linux-x86-64.so.2.
+        std::os::unix::fs::symlink("/lib/x86_64-linux-gnu/ld.so", r.join("usr/lib64/ld.so"))
+            .unwrap();
+        assert_eq!(
+            resolve_in(r, "/lib64/ld.so"),
+            Some(r.join("usr/lib/x86_64-linux-gnu/ld.so"))
+        );
+        std::fs::remove_file(r.join("usr/lib/x86_64-linux-gnu/ld.so")).unwrap();
+        assert_eq!(resolve_in(r, "/lib64/ld.so"), None);
+        std::os::unix::fs::symlink("loop", r.join("loop")).unwrap();
+        assert_eq!(resolve_in(r, "/loop/x"), None);
+        assert_eq!(resolve_in(r, "/usr/../lib"), Some(r.join("usr/lib")));
+    }
+
+    #[test]
+    fn foreign_binaries_run_through_a_static_qemu_user() {
         let host = crate::util::arch::host_arch();
-        assert_eq!(cannot_run("/usr/bin/ostree", &host, d.path()), None);
         let other = if host == "s390x" { "aarch64" } else { "s390x" };
-        let why = cannot_run("the OS's /usr/bin/ostree", other, d.path()).unwrap();
+        let machine = |a: &str| match a {
+            "aarch64" => 0xb7,
+            _ => 0x16,
+        };
+        let ostree = |a: &str| ElfInfo {
+            machine: machine(a),
+            arch: Some(if a == other { other } else { "x86_64" }),
+            interp: None,
+        };
+        let bin = tempfile::tempdir().unwrap();
+        let binfmt = tempfile::tempdir().unwrap();
+        let search = [bin.path().to_path_buf()];
+        let what = "the OS's /usr/bin/ostree";
+        if host == "x86_64" {
+            assert_eq!(
+                runner(what, &ostree("x86_64"), &search, binfmt.path()),
+                Ok(None)
+            );
+        }
+        // No emulator, no handler: the binary, the arch and the package.
+        let why = runner(what, &ostree(other), &search, binfmt.path()).unwrap_err();
         for w in [
-            "/usr/bin/ostree",
+            what,
             other,
             "qemu-user-static",
-            &format!("qemu-{other}"),
+            &format!("qemu-{other}-static"),
         ] {
             assert!(why.contains(w), "{w:?} not in {why}");
         }
-        std::fs::write(d.path().join(format!("qemu-{other}")), "disabled\n").unwrap();
-        assert!(cannot_run("x", other, d.path()).is_some());
-        std::fs::write(
-            d.path().join(format!("qemu-{other}")),
-            "enabled\ninterpreter /usr/libexec/qemu-binfmt/x\n",
-        )
-        .unwrap();
-        assert_eq!(cannot_run("x", other, d.path()), None);
+        // A handler without F (its interpreter looked up inside the tree).
+        let handler = binfmt.path().join(format!("qemu-{other}"));
+        std::fs::write(&handler, "enabled\ninterpreter /usr/bin/q\nflags: OP\n").unwrap();
+        assert!(runner(what, &ostree(other), &search, binfmt.path()).is_err());
+        std::fs::write(&handler, "disabled\ninterpreter /usr/bin/q\nflags: OPF\n").unwrap();
+        assert!(runner(what, &ostree(other), &search, binfmt.path()).is_err());
+        std::fs::write(&handler, "enabled\ninterpreter /usr/bin/q\nflags: OPF\n").unwrap();
+        assert_eq!(
+            runner(what, &ostree(other), &search, binfmt.path()),
+            Ok(None)
+        );
+        std::fs::remove_file(&handler).unwrap();
+        // A dynamically linked qemu cannot start inside the OS's tree.
+        let dynamic = bin.path().join(format!("qemu-{other}"));
+        std::fs::write(&dynamic, elf64(0x3e, Some("/lib64/ld-linux-x86-64.so.2"))).unwrap();
+        let why = runner(what, &ostree(other), &search, binfmt.path()).unwrap_err();
+        assert!(why.contains("dynamically linked"), "{why}");
+        // A static one is run explicitly.
+        let stat = bin.path().join(format!("qemu-{other}-static"));
+        std::fs::write(&stat, elf64(0x3e, None)).unwrap();
+        assert_eq!(
+            runner(what, &ostree(other), &search, binfmt.path()),
+            Ok(Some(stat))
+        );
+        // A machine qemu-user is not used for.
+        let ia64 = ElfInfo {
+            machine: 0x32,
+            arch: None,
+            interp: None,
+        };
+        let why = runner(what, &ia64, &search, binfmt.path()).unwrap_err();
+        for w in [what, "ELF machine 0x32", "qemu-user-static"] {
+            assert!(why.contains(w), "{w:?} not in {why}");
+        }
     }
 }

@@ -265,15 +265,26 @@ fn deployer(
         let step = reporter.step("buildroot");
         let b = Buildroot::prepare(&loaded.cache.dir, repo, &os.commit, &plan.release.arch)?;
         step.done(&format!("ostree {}", b.ostree_version));
+        // A foreign arch's programs run under qemu-user, called explicitly.
+        let emulated = b.emulator.as_ref().map(|e| {
+            let v = buildroot::emulator_version(e);
+            details.insert("emulator".into(), format!("{} ({v})", e.display()).into());
+            format!(
+                ", its {} programs run by {} ({v}; no binfmt_misc registration needed)",
+                plan.release.arch,
+                e.display()
+            )
+        });
         reporter.note(&format!(
-            "deploy: the OS's own ostree {} (its /{}, run in a buildroot of the OS tree{})",
+            "deploy: the OS's own ostree {} (its /{}, run in a buildroot of the OS tree{}{})",
             b.ostree_version,
             buildroot::OSTREE,
             if vm {
                 ", shared read-only with the VM"
             } else {
                 ""
-            }
+            },
+            emulated.unwrap_or_default()
         ));
         details.insert("tool".into(), "os".into());
         details.insert("ostree-version".into(), b.ostree_version.clone().into());

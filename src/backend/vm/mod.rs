@@ -297,18 +297,40 @@ fn library_packages(exe: &Path) -> Result<Vec<String>> {
     Ok(pkgs)
 }
 
-/// Packages the job needs for the disk's arch on top of [`TOOL_PACKAGES`]:
-/// s390x runs the OS's zipl under qemu-s390x-static.
-pub fn arch_packages(arch: &str) -> &'static [&'static str] {
-    if crate::platforms::arch_boot(arch).zipl && std::env::consts::ARCH != "s390x" {
-        &["qemu-user-static"]
-    } else {
-        &[]
+/// Packages the job needs on top of [`TOOL_PACKAGES`]: s390x runs the OS's
+/// zipl under qemu-s390x-static; a buildroot of another arch runs under
+/// its emulator (the package that owns it).
+pub fn job_packages(job: &DiskJob) -> Result<Vec<String>> {
+    let mut v = Vec::new();
+    if crate::platforms::arch_boot(&job.disk.arch).zipl && std::env::consts::ARCH != "s390x" {
+        v.push("qemu-user-static".to_string());
     }
+    if let Some(e) = job.buildroot.as_ref().and_then(|b| b.emulator.as_ref()) {
+        let real = std::fs::canonicalize(e).unwrap_or_else(|_| e.clone());
+        let o = Command::new("dpkg")
+            .arg("-S")
+            .arg(&real)
+            .output()
+            .context("running dpkg -S")?;
+        let owner = String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {
+            l.split_once(": ")
+                .map(|(p, _)| p.split(':').next().unwrap_or(p).to_string())
+        });
+        match owner {
+            Some(p) if !v.contains(&p) => v.push(p),
+            Some(_) => {}
+            None => bail!(
+                "the VM appliance copies host packages, and the emulator {} (for the OS's {} programs) belongs to none: install qemu-user-static from the distribution, or use --backend loopback",
+                e.display(),
+                job.disk.arch
+            ),
+        }
+    }
+    Ok(v)
 }
 
 /// Build (or reuse) the appliance under `dir`, with `extra` packages.
-fn appliance(dir: &Path, exe: &Path, extra: &[&str], r: &Reporter) -> Result<Appliance> {
+fn appliance(dir: &Path, exe: &Path, extra: &[String], r: &Reporter) -> Result<Appliance> {
     let (kernel, modules) = host_kernel()?;
     for p in extra {
         let ok = Command::new("dpkg-query")
@@ -321,8 +343,8 @@ fn appliance(dir: &Path, exe: &Path, extra: &[&str], r: &Reporter) -> Result<App
     }
     let mut pkgs: Vec<String> = TOOL_PACKAGES
         .iter()
-        .chain(extra)
         .map(|s| s.to_string())
+        .chain(extra.iter().cloned())
         .collect();
     for p in library_packages(exe)? {
         if !pkgs.contains(&p) {
@@ -542,12 +564,7 @@ pub fn run(
         }
     }
     let exe = std::env::current_exe().context("finding this program")?;
-    let app = appliance(
-        &cache_dir.join("appliance"),
-        &exe,
-        arch_packages(&job.disk.arch),
-        r,
-    )?;
+    let app = appliance(&cache_dir.join("appliance"), &exe, &job_packages(job)?, r)?;
     let vmdir = job.work.join("vm");
     std::fs::create_dir_all(vmdir.join("tmp"))?;
     let guest_exe = vmdir.join("bootimage-gen");
