@@ -25,7 +25,8 @@ demo: build
 
 # Benchmark at real size (not part of `make test`; tens of minutes): the
 # --large test OS (BENCH_EXTRA_MB MiB of payload, default 2560), `generate all`
-# per stage against the standard tools on the same disk. Prints a table and
+# per stage against the standard tools on the same disk, then the deploy
+# before/after and the vSphere upload against curl. Prints tables and
 # appends one JSON line to bench/results.jsonl. BENCH_PLATFORMS narrows the
 # run (e.g. "metal live": about 15 GB of disk instead of about 30).
 BENCH_PLATFORMS ?= all
@@ -34,6 +35,7 @@ bench: build
 	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --platforms "$(BENCH_PLATFORMS)" && \
 	if grep -q release_faithful "$$fx/fixture.json"; then \
 	  $(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy; fi
+	$(MAKE) bench-vsphere
 
 # Issue 28's before/after alone: import + deploy of the large faithful OS by
 # this host's ostree, then by the OS's own tools (root: the faithful OS).

@@ -831,16 +831,23 @@ fn image_in_sysroot(m: &Metal) -> (Box<ostree_ext::container::store::LayeredImag
     let state = ostree_ext::container::store::query_image(&repo, &origin_imgref(m).imgref)
         .unwrap()
         .unwrap_or_else(|| panic!("no image ref in {}", path.display()));
-    let refs = must(
-        Command::new("ostree")
-            .arg("refs")
-            .arg(format!("--repo={}", path.display())),
-    );
-    let blobs = refs
-        .lines()
+    let blobs = repo_refs(&path)
+        .iter()
         .filter(|r| r.starts_with("ostree/container/blob/"))
         .count();
     (state, blobs)
+}
+
+/// `ostree refs` of the repo at `repo`.
+fn repo_refs(repo: &Path) -> Vec<String> {
+    must(
+        Command::new("ostree")
+            .arg("refs")
+            .arg(format!("--repo={}", repo.display())),
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
 }
 
 #[test]
@@ -1113,11 +1120,7 @@ fn chunkah() -> &'static Built {
 /// today's ostree-ext (bootc `store.rs` `prepare`, where an image with no
 /// `ostree.final-diffid` has every layer derived) would fetch on a pull.
 fn layers_without_ref(repo: &Path, layers: &[ostree_ext::oci_spec::image::Descriptor]) -> usize {
-    let refs = must(
-        Command::new("ostree")
-            .arg("refs")
-            .arg(format!("--repo={}", repo.display())),
-    );
+    let refs = repo_refs(repo);
     layers
         .iter()
         .filter(|l| {
@@ -1126,7 +1129,7 @@ fn layers_without_ref(repo: &Path, layers: &[ostree_ext::oci_spec::image::Descri
                 l.digest().as_ref(),
             )
             .unwrap();
-            !refs.lines().any(|x| x == r)
+            !refs.contains(&r)
         })
         .count()
 }

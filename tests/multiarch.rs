@@ -715,15 +715,18 @@ fn powervs_ova_is_cosas() {
         "{ovf}"
     );
     assert!(ovf.contains(">ppc64le</ns0:architecture>"), "{ovf}");
+    // The BLS entry, whatever its ostree named it (2022.7:
+    // ostree-1-<osname>.conf; the OS's sid ostree: ostree-1.conf).
     let entries = sh(
         &format!(
             "l=$(losetup --find --show --read-only --offset=$((6<<20)) --sizelimit=$((384<<20)) '{}'); \
-             rc=0; debugfs -R 'cat /loader/entries/ostree-1-{}.conf' $l 2>/dev/null || rc=$?; losetup -d $l; exit $rc",
+             rc=0; for e in $(debugfs -R 'ls /loader/entries' $l 2>/dev/null | tr -s ' ' '\\n' | grep '^ostree-.*\\.conf$'); do \
+             debugfs -R \"cat /loader/entries/$e\" $l 2>/dev/null || rc=$?; done; losetup -d $l; exit $rc",
             disk.display(),
-            b.meta["name"].as_str().unwrap()
         ),
         &dir,
     );
+    assert!(entries.contains("linux "), "no BLS entry read: {entries:?}");
     assert!(
         entries.contains("ignition.platform.id=powervs"),
         "{entries}"

@@ -335,12 +335,41 @@ fn import_reuse_refuse_replace() {
         .unwrap();
     assert!(st.success(), "{sh}");
 
-    // 2. Same name, same version: reused, nothing uploaded.
+    // 2. Same name, same version: reused, nothing uploaded. The login
+    // from the cluster's own vsphere-creds Secret (openshift-install's
+    // shape), none from the environment.
+    let host = sim.url.split('/').nth(2).unwrap().to_string();
+    let b64 = |v: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(v)
+    };
+    let secret = tmp.path().join("vsphere-creds.yaml");
+    std::fs::write(
+        &secret,
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: vsphere-creds\n  namespace: kube-system\ntype: Opaque\ndata:\n  other.example.com.username: {}\n  other.example.com.password: {}\n  {host}.username: {}\n  {host}.password: {}\n",
+            b64("nobody"),
+            b64("x"),
+            b64(USER),
+            b64(PASS)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mut c = sim.cmd(&[]);
-    c.arg(&ova).args(["--name", "rhcos-tpl"]);
+    c.env_remove("GOVC_USERNAME").env_remove("GOVC_PASSWORD");
+    c.arg(&ova)
+        .args(["--name", "rhcos-tpl", "--credentials"])
+        .arg(&secret);
     let o = c.output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("reused"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("WARNING"), "{}", stderr(&o));
+    // Readable by others: said.
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("others can read it"), "{}", stderr(&o));
     assert_eq!(sim.vms(), vms);
     assert_eq!(sim.uploads().len(), 1);
 
@@ -400,6 +429,17 @@ fn bad_inputs() {
         &[],
         &[("GOVC_PASSWORD", "wrong")],
         &["login", "refused", "GOVC_PASSWORD"],
+    );
+    // A credentials file (govc's lines) with a wrong password: it is named.
+    let creds = tmp.path().join("govc.env");
+    std::fs::write(&creds, "export GOVC_PASSWORD='wrong'\n").unwrap();
+    std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let creds_s = creds.to_str().unwrap().to_string();
+    check(
+        "wrong password in --credentials",
+        &["--credentials", &creds_s],
+        &[],
+        &["login", "refused", "the user and password in", "govc.env"],
     );
     check(
         "unreachable",

@@ -92,7 +92,7 @@ pub enum VsphereCommand {
     ///
     /// vCenter and credentials come from govc's environment: GOVC_URL,
     /// GOVC_USERNAME, GOVC_PASSWORD (never a flag), GOVC_TLS_CA_CERTS,
-    /// GOVC_INSECURE. A template of that name with the same RHCOS version is
+    /// GOVC_INSECURE, or from --credentials FILE. A template of that name with the same RHCOS version is
     /// reused; a different one is refused unless --replace. On failure or
     /// Ctrl-C nothing is left in vCenter.
     ///
@@ -147,6 +147,13 @@ pub struct VsphereTarget {
     /// datastore's.
     #[arg(long = "disk-provisioning", value_name = "TYPE", value_parser = ["thin", "thick", "eagerZeroedThick"])]
     pub disk_provisioning: Option<String>,
+    /// vCenter credentials from a file instead of the environment: govc's
+    /// GOVC_URL, GOVC_USERNAME, GOVC_PASSWORD, GOVC_TLS_CA_CERTS,
+    /// GOVC_INSECURE as NAME=value lines, or the cluster's own Secret
+    /// (oc get secret -n kube-system vsphere-creds -o yaml). Its values win
+    /// over the environment. Keep it mode 600.
+    #[arg(long = "credentials", value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
     /// Replace a template of that name holding another RHCOS version.
     #[arg(long = "replace")]
     pub replace: bool,

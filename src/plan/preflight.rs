@@ -353,6 +353,8 @@ pub struct BootupdInfo {
     pub efi: Option<serde_json::Value>,
     pub bios: Option<serde_json::Value>,
     pub static_configs: bool,
+    /// The OS ships bootupd's CLI itself (`/usr/bin/bootupctl`).
+    pub bootupctl: bool,
 }
 
 /// bootupd's metadata in the OS, checked before anything is built: a file
@@ -381,10 +383,16 @@ pub fn check_bootupd(
     let static_configs = repo
         .list_dir(&os.commit, &format!("/{}", b::STATIC_DIR))?
         .is_some();
+    let bootupctl = repo
+        .list_dir(&os.commit, "/usr/bin")?
+        .unwrap_or_default()
+        .iter()
+        .any(|(dir, name)| !dir && name == "bootupctl");
     Ok(Some(BootupdInfo {
         efi,
         bios,
         static_configs,
+        bootupctl,
     }))
 }
 
@@ -415,6 +423,9 @@ pub fn note_os_requests(
                 String::new()
             }
         ));
+        if b.bootupctl {
+            r.note("bootupd: the OS's own /usr/bin/bootupctl is not run: its install mounts the ESP (vfat) and runs grub2-install against the whole disk, which needs the kernel to read the disk's partition table; this tool writes the ESP in userspace and the BIOS boot code itself, from the same payload (/usr/lib/bootupd/updates), on every host");
+        }
     }
     if os.config.image.bootc_install_to_fs.value {
         r.note("bootc-install-to-fs: the OS's image.json asks to be installed by its own bootc (`bootc install to-filesystem`, as coreos-assembler does for it); this tool does not run the OS's bootc: it deploys the commit with ostree (`ostree admin deploy`) and installs the bootloader from the OS's bootupd payload, as coreos-assembler's non-bootc path does. What differs: no /ostree/bootc state or .bootc-aleph.json (the aleph file is osbuild's /.aleph-version.json with /.coreos-aleph-version.json a link to it, not .bootc-aleph.json), the origin file is written by this tool, and anything the OS's bootc install configuration (/usr/lib/bootc/install/*.toml) sets, such as root filesystem type or kargs, is not applied");

@@ -24,6 +24,8 @@ pub struct Settings {
     pub url: String,
     pub username: String,
     pub password: String,
+    /// `--credentials FILE`, when the user and password came from it.
+    pub credentials_file: Option<PathBuf>,
     pub insecure: bool,
     pub ca_file: Option<PathBuf>,
     pub datacenter: Option<String>,
@@ -208,8 +210,12 @@ fn connect_error(e: anyhow::Error, s: &Settings) -> anyhow::Error {
     if let Some(f) = e.downcast_ref::<Fault>() {
         if f.kind.contains("InvalidLogin") {
             return anyhow!(
-                "vCenter {url}: login as {:?} refused: wrong user name or password; check GOVC_USERNAME and GOVC_PASSWORD (no retry was made)",
-                s.username
+                "vCenter {url}: login as {:?} refused: wrong user name or password; check {} (no retry was made)",
+                s.username,
+                match &s.credentials_file {
+                    Some(f) => format!("the user and password in {}", f.display()),
+                    None => "GOVC_USERNAME and GOVC_PASSWORD".into(),
+                }
             );
         }
         return anyhow!("vCenter {url}: {f}");
