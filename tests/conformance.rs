@@ -596,6 +596,18 @@ fn cosa_era_image_json_grub_script() {
         disk.display(),
         f["os"]["digest"]
     );
+    drop(l);
+    // It boots as those bootimages did: that grub.cfg, whose `blscfg`
+    // makes the menu from the BLS entries (the variant is the faithful OS
+    // with GRUB 2.14's BLS support), under both firmwares.
+    for fw in [boot::Firmware::Bios, boot::Firmware::Uefi] {
+        let r = boot::assert_boots(&[boot::Media::disk(&disk)], fw, boot::default_timeout());
+        assert_eq!(r.marker.mode, boot::Mode::Disk, "{fw:?}: {}", r.log);
+        assert_eq!(r.marker.platform, "metal", "{fw:?}: {}", r.log);
+        // ignition.firstboot comes from the grub-script's first-boot block.
+        assert!(r.marker.firstboot, "{fw:?}: {}", r.log);
+        eprintln!("cosa-era metal ({fw:?}): booted in {:.1?}", r.duration);
+    }
 }
 
 /// `--os-stream all` on the OCP 5-style dual-stream payload: one output
