@@ -538,6 +538,63 @@ fn a_buildroot_whose_ostree_cannot_start_is_named() {
     );
 }
 
+/// A buildroot command does not hold another run's disk: the loop-backed
+/// filesystems its mount namespace copied from the host are let go, so an
+/// unmount on the host shuts that filesystem down at once and its loop
+/// device is released. (Held, the filesystem's last writes landed after
+/// its run had read the disk: a suite run hashed a metal disk twice and got
+/// two sha256.)
+#[test]
+fn a_buildroot_command_lets_go_of_other_runs_disks() {
+    use bootimage_gen::sys::loopback::backing_of;
+    let good = std::fs::read_dir(own().root.join("cache/buildroot"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().len() == 64)
+        .expect("no buildroot in the good run's cache")
+        .path();
+    let b = bootimage_gen::disk::buildroot::Buildroot {
+        dir: good,
+        ostree_version: String::new(),
+        emulator: None,
+    };
+    // Another run's disk, mounted on the host.
+    let dir = scratch("faithful-held");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("mnt")).unwrap();
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    must(Command::new("mkfs.ext4").arg("-q").arg(&img));
+    let dev = must(Command::new("losetup").args(["--find", "--show"]).arg(&img));
+    let dev = PathBuf::from(dev.trim());
+    must(Command::new("mount").arg(&dev).arg(dir.join("mnt")));
+    // A command of the OS in its buildroot, started while that disk is mounted.
+    let mut child = b
+        .command(&[], &["/usr/bin/sleep", "30"])
+        .unwrap()
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    must(Command::new("umount").arg(dir.join("mnt")));
+    must(Command::new("losetup").arg("-d").arg(&dev));
+    let t = std::time::Instant::now();
+    while backing_of(&dev).is_some() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let held = backing_of(&dev).is_some();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !held,
+        "{} stayed attached while a buildroot command ran",
+        dev.display()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// An ELF header of `machine` (little-endian, 64-bit, no program headers)
 /// where the OS's x86_64 ostree was.
 fn foreign_ostree(name: &str, machine: u8) -> PathBuf {

@@ -37,7 +37,7 @@ const MOUNT_POINTS: [&str; 7] = ["proc", "sys", "dev", "run", "tmp", "var", "etc
 /// `$1` the buildroot, `$2` the number of binds, then `src dst ro|rw` per
 /// bind, then the command to run in the buildroot.
 const SETUP: &str = r#"set -e
-br=$1; n=$2; shift 2
+br=$(cd "$1" && pwd -P); n=$2; shift 2
 mount --bind "$br" "$br"
 mount -o remount,bind,ro "$br"
 mount -t proc proc "$br/proc"
@@ -54,6 +54,17 @@ while [ "$n" -gt 0 ]; do
   mount --rbind "$1" "$br$2"
   if [ "$3" = ro ]; then mount -o remount,bind,ro "$br$2"; fi
   shift 3; n=$((n - 1))
+done
+# Let go of the loop-backed filesystems this namespace copied from the host
+# that are not the buildroot's own (another run's disk, mounted right now):
+# held in here, such a filesystem would outlive that run's unmount until
+# this command ends, its last writes landing after the run has read the
+# disk, and its loop device could not be released.
+grep ' - [^ ]* /dev/loop' /proc/self/mountinfo | cut -d' ' -f5 | sort -r |
+while read -r m; do
+  case "$m" in "$br"|"$br"/*) continue ;; esac
+  case "$br/" in "$m"/*) continue ;; esac
+  umount -l "$m" 2>/dev/null || :
 done
 exec chroot "$br" "$@"
 "#;

@@ -68,14 +68,32 @@ impl LoopDevice {
         self.dev.as_deref().expect("attached loop device")
     }
 
+    /// Everything written through the device reaches the backing file
+    /// before it is let go: fsync of the block device writes its page cache
+    /// out through the loop driver. Left to the kernel, that happens at the
+    /// device's last close, which another holder (a probe that has it open)
+    /// can put off past our reading the file: a suite run read a metal disk
+    /// twice and got two different sha256.
+    fn flush(dev: &Path) -> Result<()> {
+        std::fs::File::open(dev)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("flushing loop device {} to its file", dev.display()))
+    }
+
     fn detach(dev: &Path, backing: &(PathBuf, u64)) -> Result<()> {
+        // A failed flush is reported once the device is detached (never
+        // left attached because of it).
+        let flushed = match backing_of(dev).as_ref() == Some(backing) {
+            true => Self::flush(dev),
+            false => Ok(()),
+        };
         // Tolerate a brief EBUSY just after an unmount. Each try first
         // checks that the device is still ours: once freed, the kernel may
         // give its number to another run at once.
         let mut last = None;
         for _ in 0..50 {
             if backing_of(dev).as_ref() != Some(backing) {
-                return Ok(());
+                return flushed;
             }
             match std::process::Command::new("losetup")
                 .arg("-d")
@@ -84,7 +102,7 @@ impl LoopDevice {
             {
                 Ok(o) if o.status.success() => {
                     Self::wait_gone(dev, backing);
-                    return Ok(());
+                    return flushed;
                 }
                 Ok(o) => last = Some(String::from_utf8_lossy(&o.stderr).trim().to_string()),
                 Err(e) => last = Some(e.to_string()),
@@ -102,7 +120,9 @@ impl LoopDevice {
     /// fresh device) only marks it for autoclear: wait until the kernel has
     /// really released it, so nothing of ours outlives the run.
     fn wait_gone(dev: &Path, backing: &(PathBuf, u64)) {
-        for _ in 0..200 {
+        // Up to a minute: until then its filesystem's last writes may
+        // still be on their way to the file.
+        for _ in 0..2400 {
             if backing_of(dev).as_ref() != Some(backing) {
                 return;
             }
