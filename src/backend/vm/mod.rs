@@ -280,7 +280,14 @@ fn library_packages(exe: &Path) -> Result<Vec<String>> {
     // One dpkg for all files (a call per file took 8 s for this binary's
     // 62 libraries). It exits non-zero when it does not know some path
     // (e.g. the /lib64 symlink) but still lists the owners of the others.
-    let Ok(o) = Command::new("dpkg").arg("-S").args(&files).output() else {
+    owner_packages(&files)
+}
+
+/// The packages owning `files` (`dpkg -S`, arch qualifiers dropped, each
+/// once). dpkg exits non-zero for a path it does not know but still lists
+/// the owners of the others.
+fn owner_packages<S: AsRef<std::ffi::OsStr>>(files: &[S]) -> Result<Vec<String>> {
+    let Ok(o) = Command::new("dpkg").arg("-S").args(files).output() else {
         bail!("dpkg is not available: the VM backends need a Debian-based host");
     };
     let mut pkgs: Vec<String> = Vec::new();
@@ -307,16 +314,7 @@ pub fn job_packages(job: &DiskJob) -> Result<Vec<String>> {
     }
     if let Some(e) = job.buildroot.as_ref().and_then(|b| b.emulator.as_ref()) {
         let real = std::fs::canonicalize(e).unwrap_or_else(|_| e.clone());
-        let o = Command::new("dpkg")
-            .arg("-S")
-            .arg(&real)
-            .output()
-            .context("running dpkg -S")?;
-        let owner = String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {
-            l.split_once(": ")
-                .map(|(p, _)| p.split(':').next().unwrap_or(p).to_string())
-        });
-        match owner {
+        match owner_packages(&[real])?.into_iter().next() {
             Some(p) if !v.contains(&p) => v.push(p),
             Some(_) => {}
             None => bail!(
