@@ -235,8 +235,13 @@ fn kvm_backend_needs_a_usable_dev_kvm() {
     assert!(stderr(&o).contains("it needs root"), "{}", stderr(&o));
 }
 
+/// The VM's metal disk boots (SeaBIOS). Its other images are derived
+/// from the same base disk by the same host code as loopback's (the base
+/// disks are shown equivalent below: tables, filesystems, every file, the
+/// ESP's bytes), and loopback's qcow2 boots under OVMF in `generate`:
+/// booting the VM's qcow2 too was that boot twice (issue 27).
 #[test]
-fn vm_images_boot() {
+fn vm_metal_boots() {
     let b = built();
     let r = boot::assert_boots(
         &[Media::disk(b.vm_raw.join("metal.raw"))],
@@ -245,18 +250,19 @@ fn vm_images_boot() {
     );
     assert_eq!(r.marker.platform, "metal", "{}", r.log);
     assert!(r.marker.firstboot, "{}", r.log);
+    // The qemu image holds what the run derived for qemu, as qcow2.
     let qcow2 = root().join("qemu.qcow2");
     let gz = b
         .vm_out
         .join(b.meta["images"]["qemu"]["path"].as_str().unwrap());
     gunzip(&gz, &qcow2);
-    let r = boot::assert_boots(
-        &[Media::disk_as(&qcow2, boot::DiskFormat::Qcow2)],
-        Firmware::Uefi,
-        boot::default_timeout(),
+    must(
+        Command::new("qemu-img")
+            .args(["compare", "-f", "qcow2", "-F", "raw"])
+            .arg(&qcow2)
+            .arg(b.vm_raw.join("qemu.raw")),
     );
-    assert_eq!(r.marker.platform, "qemu", "{}", r.log);
-    assert!(r.marker.firstboot, "{}", r.log);
+    std::fs::remove_file(&qcow2).unwrap();
 }
 
 /// Every file under `dir`: path -> type, mode, owner, and content hash or

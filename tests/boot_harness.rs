@@ -8,7 +8,8 @@
 //!   format, on every bus, with 512- and 4096-byte sectors, never modified;
 //! * a GPT disk with GRUB for BIOS and UEFI (built here from the tree's own
 //!   GRUB) booted by the firmware alone;
-//! * a live ISO on a CD-ROM and as a USB stick; iPXE over TFTP;
+//! * a live ISO on a CD-ROM and as a USB stick (iPXE over TFTP is
+//!   generate_live's, with the tool's own PXE files);
 //! * failures: a FAIL line, a timeout (no qemu left behind), qemu itself
 //!   failing, bad media.
 //!
@@ -38,8 +39,6 @@ struct Assets {
     rootfs: PathBuf,
     /// ISO9660 labelled ISO_LABEL with images/pxeboot/rootfs.img.
     iso: PathBuf,
-    /// TFTP root: vmlinuz, initrd (initramfs + rootfs), boot.ipxe.
-    tftp: PathBuf,
     /// ext4 labelled `root` holding the deployed sysroot, and its formats.
     root_raw: PathBuf,
     root_qcow2: PathBuf,
@@ -77,15 +76,6 @@ mkdir -p isoroot/images/pxeboot
 cp rootfs.img isoroot/images/pxeboot/rootfs.img
 xorriso -as mkisofs -quiet -V "$ISO_LABEL" -r -J -o live.iso isoroot
 rm -rf isoroot
-
-# TFTP root; initrd= is for iPXE under UEFI (the kernel's EFI stub reads it)
-mkdir tftp
-cp vmlinuz tftp/vmlinuz
-cp initramfs.img tftp/initrd
-s=$(stat -c %s tftp/initrd)
-truncate -s $(( (s + 3) / 4 * 4 )) tftp/initrd
-cat rootfs.img >> tftp/initrd
-printf '#!ipxe\nkernel vmlinuz initrd=initrd console=ttyS0 ignition.platform.id=metal\ninitrd initrd\nboot\n' > tftp/boot.ipxe
 
 # deployed sysroot -> ext4 labelled root (4 KiB blocks: mounts on 4Kn disks too)
 sr=$OUT/sysroot
@@ -207,7 +197,6 @@ fn build_assets() -> Assets {
         initramfs: p("initramfs.img"),
         rootfs: p("rootfs.img"),
         iso: p("live.iso"),
-        tftp: p("tftp"),
         root_raw: p("root.raw"),
         root_qcow2: p("root.qcow2"),
         root_vmdk: p("root.vmdk"),
@@ -660,30 +649,5 @@ fn live_iso_on_cdrom_and_usb() {
         assert_eq!(r.marker.mode, Mode::LiveIso);
         assert_eq!(r.marker.platform, "metal");
         assert_eq!(r.marker.version, a.version);
-    }
-}
-
-#[test]
-fn ipxe_over_tftp_bios_and_uefi() {
-    let a = assets();
-    for fw in [Firmware::Bios, Firmware::Uefi] {
-        let r = assert_boots(
-            &[Media::Pxe {
-                tftp_dir: a.tftp.clone(),
-                boot_file: "boot.ipxe".to_string(),
-            }],
-            fw,
-            t(),
-        );
-        report(&format!("ipxe over tftp {fw}"), &r);
-        assert_eq!(r.marker.mode, Mode::LivePxe);
-        assert_eq!(r.marker.platform, "metal");
-        // The script's kernel line (iPXE under UEFI puts the image name first).
-        assert!(r.has_karg("initrd=initrd"), "{:?}", r.cmdline);
-        if fw == Firmware::Uefi {
-            // OVMF's console is the serial port, so iPXE shows up in the log.
-            assert!(r.log.contains("iPXE"), "{}", r.log);
-            assert_eq!(r.kargs().first(), Some(&"vmlinuz"), "{:?}", r.cmdline);
-        }
     }
 }

@@ -660,3 +660,76 @@ fn os_stream_all_builds_every_stream() {
         assert_eq!(on_disk, all[stream], "{stream}");
     }
 }
+
+/// The MCO's default stream of each payload shape, as a user runs it: no
+/// `--os-stream`, `generate metal live`. OCP 5's dual-stream payload picks
+/// rhel-10 (its OS is the RHEL 10-shaped test OS, booted under OVMF), OKD's
+/// picks `stream-coreos`, its only stream (booted under SeaBIOS). Each disk
+/// boots to the OS's marker: the OS chosen is the one laid down.
+#[test]
+#[cfg_attr(
+    not(feature = "boot"),
+    ignore = "boot tier: cargo test --features boot"
+)]
+fn each_payloads_default_stream_builds_a_disk_that_boots() {
+    let ocp5 = fxk("release_ocp5");
+    let okd = fxk("release_okd");
+    for (release, tag, version, fw) in [
+        (
+            "release-ocp5",
+            "rhel-coreos-10 (stream rhel-10): the MCO's default stream for OCP 5.x is rhel-10",
+            &ocp5["rhel10"]["version"],
+            boot::Firmware::Uefi,
+        ),
+        (
+            "release-okd",
+            "stream-coreos: stream-coreos is the release's only OS stream",
+            &okd["os"]["version"],
+            boot::Firmware::Bios,
+        ),
+    ] {
+        let c = cache();
+        let out = c.path().join("out");
+        let o = run(
+            c.path(),
+            &[
+                "generate",
+                &oci(release),
+                "metal",
+                "live",
+                "--compress",
+                "none",
+                "--no-ostree-archive",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        let log = stderr(&o);
+        assert!(o.status.success(), "{release}: {log}");
+        assert!(
+            log.contains(&format!("OS image: release tag {tag}")),
+            "{release}: {log}"
+        );
+        let meta: Value = serde_json::from_slice(&read(&out.join("meta.json"))).unwrap();
+        assert_eq!(&meta["ostree-version"], version, "{release}");
+        for k in ["live-iso", "live-kernel", "live-initramfs", "live-rootfs"] {
+            assert!(image_file(&meta, &out, k).is_file(), "{release}: {k}");
+        }
+        let disk = image_file(&meta, &out, "metal");
+        let r = boot::assert_boots(&[boot::Media::disk(&disk)], fw, boot::default_timeout());
+        assert_eq!(r.marker.mode, boot::Mode::Disk, "{release}: {}", r.log);
+        assert_eq!(r.marker.platform, "metal", "{release}: {}", r.log);
+        assert!(r.marker.firstboot, "{release}: {}", r.log);
+        // The booted OS is the stream's: the test OS prints its version.
+        assert_eq!(
+            r.marker.version,
+            version.as_str().unwrap(),
+            "{release}: {}",
+            r.log
+        );
+        eprintln!(
+            "{release}: {tag}: metal booted ({fw:?}) in {:.1?}",
+            r.duration
+        );
+    }
+}

@@ -643,6 +643,13 @@ fn boots_pxe_over_tftp_with_ipxe() {
         // prints on the screen, not on the serial console).
         assert!(r.has_karg("initrd=rootfs.img"), "{:?}", r.cmdline);
         assert!(!r.has_karg("coreos.liveiso"), "{:?}", r.cmdline);
+        if fw == Firmware::Uefi {
+            // OVMF's console is the serial port, so iPXE shows up in the
+            // log, and iPXE under UEFI puts the image name first. (The
+            // harness's own iPXE test was this boot twice: issue 27.)
+            assert!(r.log.contains("iPXE"), "{}", r.log);
+            assert_eq!(r.kargs().first(), Some(&"kernel"), "{:?}", r.cmdline);
+        }
     }
 }
 
