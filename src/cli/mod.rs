@@ -70,6 +70,31 @@ pub enum Command {
     /// vSphere: import an OVA into vCenter as a VM template.
     #[command(subcommand)]
     Vsphere(VsphereCommand),
+    /// Push a `generate` output to a registry as OCI artifacts.
+    ///
+    /// Every published file becomes an OCI artifact (artifact type
+    /// application/vnd.diskimage.<format>[.<compression>], a config with
+    /// the architecture and os, the file as its one layer titled with its
+    /// name), meta.json and stream.json too; OCI archives (the kubevirt
+    /// containerDisk, the OS container) are also pushed as the images they
+    /// hold, for an ordinary pull. The index at REPO:TAG lists them all,
+    /// each with its platform: pushes of other arches or streams into the
+    /// same REPO:TAG (from other machines, at the same time) add to it.
+    /// Blobs the registry has are not sent again; large ones go in chunks,
+    /// resumed where a failed chunk stopped.
+    ///
+    /// Example: bootimage-gen push ./out registry.example.com:5000/ocp/bootimages:4.18.0
+    Push(PushArgs),
+    /// Pull bootimages that `push` put in a registry back to files.
+    ///
+    /// Every blob is checked against its digest and size before it takes
+    /// its final name. meta.json and stream.json come back narrowed to what
+    /// was pulled, stream.json's locations under --base-url (the web server
+    /// that will serve the directory), and SHA256SUMS is written. Several
+    /// arches or streams go to <DIR>/<arch> and <DIR>/<stream>.
+    ///
+    /// Example: bootimage-gen pull registry.example.com:5000/ocp/bootimages:4.18.0 -o /srv/www/rhcos --arch x86_64 --platform metal --platform live-iso --base-url http://mirror.example/rhcos
+    Pull(PullArgs),
     /// Run a disk job inside the backend VM (internal).
     #[command(hide = true)]
     VmJob(VmJobArgs),
@@ -399,6 +424,71 @@ pub struct InspectArgs {
     /// the kernel, osname and bootimage configuration from the OS itself).
     #[arg(long)]
     pub import: bool,
+}
+
+/// How `push` and `pull` reach a registry.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Registry")]
+pub struct RegistryArgs {
+    /// Credentials file (containers-auth.json, as `podman login` writes
+    /// it). Default: REGISTRY_AUTH_FILE, else podman's and docker's files.
+    #[arg(long, value_name = "FILE")]
+    pub authfile: Option<PathBuf>,
+    /// Plain HTTP, or HTTPS without verifying the certificate (test
+    /// registries only).
+    #[arg(long)]
+    pub insecure: bool,
+    /// A PEM file of CA certificates to trust besides the system's.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The output directory of `generate` (with meta.json, or one
+    /// subdirectory per stream as `--os-stream all` writes them).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Where to: REGISTRY/REPOSITORY:TAG (docker:// accepted).
+    #[arg(value_name = "REF")]
+    pub reference: String,
+    /// The stream name of a one-stream DIR. Default: its stream.json's
+    /// `stream` (subdirectories are named after their stream).
+    #[arg(long, value_name = "NAME")]
+    pub stream: Option<String>,
+    /// Upload chunk size in MiB (blobs up to it go in one request).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub chunk_mib: u64,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// What to pull: REGISTRY/REPOSITORY:TAG or @sha256:… of an index
+    /// made by `push`.
+    #[arg(value_name = "REF")]
+    pub reference: String,
+    /// Output directory.
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// Only this architecture (x86_64, aarch64, ppc64le, s390x).
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<String>,
+    /// Only this stream (as pushed: rhel-9, rhel-10, or a stream.json's
+    /// name).
+    #[arg(long, value_name = "STREAM")]
+    pub stream: Option<String>,
+    /// Only these meta.json keys (metal, qemu, live-iso, ...; repeatable).
+    /// meta.json and stream.json always come.
+    #[arg(long = "platform", value_name = "KEY")]
+    pub platforms: Vec<String>,
+    /// Base URL that stream.json's locations get (where the directory
+    /// will be served). Default: the bare file names.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]

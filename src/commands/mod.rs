@@ -4,6 +4,7 @@ pub mod gc;
 pub mod generate;
 pub mod inspect;
 pub mod platforms;
+pub mod registry;
 pub mod vsphere;
 
 use crate::cli::{Cli, Command, InputArgs};
@@ -30,6 +31,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Platforms(a) => platforms::run(a),
         Command::Gc(a) => gc::run(a),
         Command::Vsphere(c) => vsphere::run(c),
+        Command::Push(a) => registry::push(a),
+        Command::Pull(a) => registry::pull(a),
         Command::VmJob(a) => crate::backend::vm::job_main(&a.job, &a.result),
         Command::Completions(a) => completions::completions(a),
         Command::Man(a) => completions::man(a),

@@ -234,7 +234,7 @@ fn check_auth_file(a: &Path) -> Result<()> {
 }
 
 /// The containers auth file locations, in the order containers/image reads them.
-fn default_auth_files() -> Vec<PathBuf> {
+pub(crate) fn default_auth_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     // containers-auth.json(5): ${XDG_RUNTIME_DIR}/containers/auth.json, or
     // /run/containers/<uid>/auth.json when XDG_RUNTIME_DIR is unset.

@@ -2,6 +2,7 @@
 //! stream.json, SHA256SUMS, and the AMI registration (aws).
 pub mod aws;
 pub mod meta;
+pub mod registry;
 pub mod staged;
 pub mod stream;
 pub mod vsphere;

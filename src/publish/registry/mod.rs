@@ -1,0 +1,8 @@
+//! Bootimages into and out of OCI registries (`push`, `pull`; README
+//! "Registry"): a client of the OCI distribution API, the credentials
+//! podman and skopeo keep, and the artifact layout both commands share.
+pub mod auth;
+pub mod client;
+pub mod layout;
+pub mod pull;
+pub mod push;

@@ -1,0 +1,418 @@
+//! `bootimage-gen push DIR REF`: a `generate` output as OCI artifacts in a
+//! registry (layout.rs), and the index at REF made the union of every
+//! run pushed there.
+//!
+//! Fan-in without a lost update: each run first tags its own index
+//! (`<tag>.part.<arch>.<stream>`), then writes REF's index as the union of
+//! every part tag it lists, then reads both back after a pause and writes
+//! again while any part is missing. The registry offers no conditional
+//! PUT (distribution 2.8 has no If-Match), but the last writer of REF
+//! always verifies after its own write, and it then lists every part
+//! tagged before that: so the index ends up holding them all.
+use super::client::{Client, Pushed, INDEX_OCI, MANIFEST_OCI};
+use super::layout::{self, *};
+use crate::image::imageref::DockerRef;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Map, Value};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// One run's output: a directory with meta.json (and stream.json).
+pub struct Run {
+    pub dir: PathBuf,
+    pub stream: String,
+    pub arch: String,
+    pub meta: Value,
+}
+
+/// The runs under `dir`: `dir` itself when it holds meta.json, and each
+/// subdirectory that does (`--os-stream all` writes `<dir>/<stream>`).
+/// The stream of a run is its subdirectory's name; for `dir` itself,
+/// `stream` if given, else its stream.json's `stream`.
+pub fn runs(dir: &Path, stream: Option<&str>) -> Result<Vec<Run>> {
+    let read_meta = |d: &Path| -> Result<Option<Value>> {
+        let p = d.join("meta.json");
+        match std::fs::read(&p) {
+            Ok(b) => Ok(Some(serde_json::from_slice(&b).with_context(|| {
+                format!(
+                    "{}: not valid JSON (a generate output's meta.json?)",
+                    p.display()
+                )
+            })?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(anyhow!(e)).with_context(|| format!("reading {}", p.display())),
+        }
+    };
+    let arch_of = |m: &Value, d: &Path| -> Result<String> {
+        m["coreos-assembler.basearch"]
+            .as_str()
+            .map(String::from)
+            .ok_or_else(|| anyhow!("{}/meta.json has no coreos-assembler.basearch", d.display()))
+    };
+    let mut v = Vec::new();
+    if let Some(meta) = read_meta(dir)? {
+        let s = match stream {
+            Some(s) => s.to_string(),
+            None => {
+                let p = dir.join("stream.json");
+                let st: Value = serde_json::from_slice(
+                    &std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?,
+                )
+                .with_context(|| format!("{}: not valid JSON", p.display()))?;
+                st["stream"].as_str().unwrap_or("default").to_string()
+            }
+        };
+        v.push(Run {
+            arch: arch_of(&meta, dir)?,
+            dir: dir.to_path_buf(),
+            stream: s,
+            meta,
+        });
+    }
+    let mut subs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    subs.sort();
+    for d in subs {
+        if let Some(meta) = read_meta(&d)? {
+            v.push(Run {
+                arch: arch_of(&meta, &d)?,
+                stream: d.file_name().unwrap().to_string_lossy().into_owned(),
+                dir: d,
+                meta,
+            });
+        }
+    }
+    if v.is_empty() {
+        bail!(
+            "{}: no meta.json in it or its subdirectories: give the output directory of `bootimage-gen generate`",
+            dir.display()
+        );
+    }
+    Ok(v)
+}
+
+/// A tag-safe form of `s` (`[A-Za-z0-9_.-]`, others as `_`; empty: `default`).
+fn tag_part(s: &str) -> String {
+    if s.is_empty() {
+        return "default".into();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+pub fn part_tag(tag: &str, arch: &str, stream: &str) -> String {
+    format!("{tag}.part.{}.{}", tag_part(arch), tag_part(stream))
+}
+
+/// What a push did.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub artifacts: usize,
+    pub uploaded: u64,
+    pub existed: u64,
+    pub index_digest: String,
+    pub index_entries: usize,
+    pub images: Vec<String>,
+}
+
+/// The blob of an OCI archive member: (offset in the archive, size).
+fn archive_members(path: &Path) -> Result<Vec<(String, u64, u64)>> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut a = tar::Archive::new(f);
+    let mut v = Vec::new();
+    for e in a
+        .entries()
+        .with_context(|| format!("reading {}", path.display()))?
+    {
+        let e = e.with_context(|| format!("reading {}", path.display()))?;
+        let name = e
+            .path()?
+            .to_string_lossy()
+            .trim_start_matches("./")
+            .to_string();
+        v.push((name, e.raw_file_position(), e.size()));
+    }
+    Ok(v)
+}
+
+fn archive_file(path: &Path, members: &[(String, u64, u64)], name: &str) -> Result<Vec<u8>> {
+    let (_, at, len) = members
+        .iter()
+        .find(|m| m.0 == name)
+        .ok_or_else(|| anyhow!("{}: no {name} in it (not an OCI archive?)", path.display()))?;
+    let mut f = std::fs::File::open(path)?;
+    use std::io::Seek;
+    f.seek(std::io::SeekFrom::Start(*at))?;
+    let mut buf = vec![0u8; *len as usize];
+    f.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// Push an OCI archive's image (its one manifest and the blobs it names)
+/// into the repository: the image an ordinary pull (KubeVirt's
+/// containerDisk) takes. Its manifest descriptor.
+fn push_archive_image(c: &Client, path: &Path, s: &mut Summary) -> Result<Value> {
+    let members = archive_members(path)?;
+    let index: Value = serde_json::from_slice(&archive_file(path, &members, "index.json")?)
+        .with_context(|| format!("{}: index.json is not JSON", path.display()))?;
+    let desc = index["manifests"]
+        .as_array()
+        .and_then(|a| a.first())
+        .cloned()
+        .ok_or_else(|| anyhow!("{}: its index.json lists no manifest", path.display()))?;
+    let mdigest = desc["digest"].as_str().unwrap_or("").to_string();
+    let blob_name = |d: &str| format!("blobs/{}", d.replacen(':', "/", 1));
+    let mbytes = archive_file(path, &members, &blob_name(&mdigest))?;
+    let m: Value = serde_json::from_slice(&mbytes)
+        .with_context(|| format!("{}: manifest {mdigest} is not JSON", path.display()))?;
+    let mut blobs = vec![m["config"].clone()];
+    blobs.extend(m["layers"].as_array().cloned().unwrap_or_default());
+    for b in blobs {
+        let d = b["digest"].as_str().unwrap_or("");
+        let (_, at, len) = members
+            .iter()
+            .find(|x| x.0 == blob_name(d))
+            .ok_or_else(|| anyhow!("{}: blob {d} is missing from it", path.display()))?;
+        match c.push_blob(path, *at, d, *len, &|_| {})? {
+            Pushed::Uploaded => s.uploaded += len,
+            Pushed::Existed => s.existed += len,
+        }
+    }
+    let mt = m["mediaType"].as_str().unwrap_or(MANIFEST_OCI).to_string();
+    let got = c.put_manifest(&mdigest, &mt, &mbytes)?;
+    if got != mdigest {
+        bail!(
+            "{}: its manifest's digest is {got}, its index says {mdigest}",
+            path.display()
+        );
+    }
+    Ok(layout::descriptor(&mt, &mdigest, mbytes.len() as u64))
+}
+
+/// Push one file as an artifact; the index entry for it.
+#[allow(clippy::too_many_arguments)]
+fn push_file(
+    c: &Client,
+    run: &Run,
+    key: &str,
+    file: &Path,
+    sha256: Option<&str>,
+    extra: &Map<String, Value>,
+    common: &Map<String, Value>,
+    s: &mut Summary,
+    progress: &dyn Fn(&str, u64, u64),
+) -> Result<Value> {
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    let size = std::fs::metadata(file)
+        .with_context(|| {
+            format!(
+                "{}: listed in meta.json, but it cannot be read",
+                file.display()
+            )
+        })?
+        .len();
+    let digest = match sha256 {
+        Some(h) => format!("sha256:{h}"),
+        None => {
+            let mut h = crate::util::sha256::Sha256::new();
+            std::io::copy(&mut std::fs::File::open(file)?, &mut h)?;
+            format!("sha256:{}", hex::encode(h.finalize()))
+        }
+    };
+    let atype = artifact_type(key, &name);
+    let oarch = oci_arch(&run.arch);
+    match c.push_blob(file, 0, &digest, size, &|n| progress(&name, n, size))? {
+        Pushed::Uploaded => s.uploaded += size,
+        Pushed::Existed => s.existed += size,
+    }
+    let cfg = config(&oarch, &name, &digest);
+    let (cdigest, _) = c.push_bytes(&cfg)?;
+    let mut layer = descriptor(&atype, &digest, size);
+    layer["annotations"] = json!({ TITLE: name });
+    let mut ann = common.clone();
+    ann.insert(A_PLATFORM.into(), key.into());
+    ann.insert(A_FILE.into(), name.clone().into());
+    ann.extend(extra.clone());
+    let mbytes = manifest(
+        &atype,
+        &descriptor(CONFIG_OCI, &cdigest, cfg.len() as u64),
+        &layer,
+        &ann,
+    );
+    let mdigest = c.put_manifest(
+        &format!(
+            "sha256:{}",
+            hex::encode(crate::util::sha256::Sha256::digest(&mbytes))
+        ),
+        MANIFEST_OCI,
+        &mbytes,
+    )?;
+    s.artifacts += 1;
+    let mut e = descriptor(MANIFEST_OCI, &mdigest, mbytes.len() as u64);
+    e["artifactType"] = atype.into();
+    e["platform"] = json!({"architecture": oarch, "os": "linux"});
+    e["annotations"] = Value::Object(ann);
+    Ok(e)
+}
+
+/// Push every run under `dir` to `r` (a tag); the index at the tag then
+/// holds every entry of every run pushed there.
+pub fn push(
+    c: &Client,
+    r: &DockerRef,
+    dir: &Path,
+    stream: Option<&str>,
+    progress: &dyn Fn(&str, u64, u64),
+) -> Result<Summary> {
+    let tag = r.tag.clone().ok_or_else(|| {
+        anyhow!("{r}: push needs a tag (REPO:TAG): the index of the release lives there")
+    })?;
+    if r.digest.is_some() {
+        bail!("{r}: push takes a tag, not a digest");
+    }
+    // The tag must be free or ours before anything is sent.
+    if let Some(cur) = c.get_manifest(&tag)? {
+        our_entries(&cur.bytes, &format!("{}/{}:{tag}", c.host, c.repo))?;
+    }
+    let runs = runs(dir, stream)?;
+    let mut s = Summary::default();
+    for run in runs {
+        let m = &run.meta;
+        let mut common = Map::new();
+        common.insert(A_ARCH.into(), run.arch.clone().into());
+        common.insert(A_STREAM.into(), run.stream.clone().into());
+        for (k, src) in [
+            (A_VERSION, "ostree-version"),
+            (A_RELEASE, "release-payload"),
+        ] {
+            let v = if src == "release-payload" {
+                m[src]["tags"][0]
+                    .as_str()
+                    .or_else(|| m[src]["image"].as_str())
+            } else {
+                m[src].as_str()
+            };
+            if let Some(v) = v {
+                common.insert(k.into(), v.into());
+            }
+        }
+        let images = m["images"]
+            .as_object()
+            .ok_or_else(|| anyhow!("{}/meta.json has no images", run.dir.display()))?;
+        let mut entries = Vec::new();
+        for (key, img) in images {
+            let rel = img["path"].as_str().ok_or_else(|| {
+                anyhow!("{}/meta.json: images.{key} has no path", run.dir.display())
+            })?;
+            let file = run.dir.join(rel);
+            let mut extra = Map::new();
+            if let Some(u) = img["uncompressed-sha256"].as_str() {
+                extra.insert(A_UNCOMPRESSED_SHA256.into(), u.into());
+            }
+            if let Some(u) = img["uncompressed-size"].as_u64() {
+                extra.insert(A_UNCOMPRESSED_SIZE.into(), u.to_string().into());
+            }
+            let mut e = push_file(
+                c,
+                &run,
+                key,
+                &file,
+                img["sha256"].as_str(),
+                &extra,
+                &common,
+                &mut s,
+                progress,
+            )?;
+            if rel.ends_with(".ociarchive") {
+                // The image inside, as an ordinary pull takes it.
+                let d = push_archive_image(c, &file, &mut s)?;
+                let image = format!(
+                    "{}/{}@{}",
+                    r.registry,
+                    r.repository,
+                    d["digest"].as_str().unwrap()
+                );
+                e["annotations"]["io.bootimage-gen.image"] = image.clone().into();
+                s.images
+                    .push(format!("{key} ({}, {}): {image}", run.arch, run.stream));
+            }
+            entries.push(e);
+        }
+        for (key, name) in [("meta", "meta.json"), ("stream", "stream.json")] {
+            let f = run.dir.join(name);
+            if f.is_file() {
+                entries.push(push_file(
+                    c,
+                    &run,
+                    key,
+                    &f,
+                    None,
+                    &Map::new(),
+                    &common,
+                    &mut s,
+                    progress,
+                )?);
+            }
+        }
+        let mut ann = Map::new();
+        ann.insert(INDEX_MARK.into(), INDEX_VERSION.into());
+        let part = index(&entries, &ann);
+        c.put_manifest(&part_tag(&tag, &run.arch, &run.stream), INDEX_OCI, &part)?;
+    }
+    let (digest, n) = publish_union(c, &tag)?;
+    s.index_digest = digest;
+    s.index_entries = n;
+    Ok(s)
+}
+
+/// Write the index at `tag` as the union of its part tags' entries, and
+/// again while a read-back misses one (see the module's comment).
+pub fn publish_union(c: &Client, tag: &str) -> Result<(String, usize)> {
+    let prefix = format!("{tag}.part.");
+    let what = format!("{}/{}:{tag}", c.host, c.repo);
+    if let Some(cur) = c.get_manifest(tag)? {
+        our_entries(&cur.bytes, &what)?;
+    }
+    for round in 0..20u64 {
+        let mut parts: Vec<String> = c
+            .tags()?
+            .into_iter()
+            .filter(|t| t.starts_with(&prefix))
+            .collect();
+        parts.sort();
+        let mut want = Vec::new();
+        for p in &parts {
+            if let Some(m) = c.get_manifest(p)? {
+                want = union(&want, &our_entries(&m.bytes, &format!("{what} part {p}"))?);
+            }
+        }
+        let (cur, cur_digest) = match c.get_manifest(tag)? {
+            Some(m) => (our_entries(&m.bytes, &what)?, m.digest),
+            None => (Vec::new(), String::new()),
+        };
+        if want
+            .iter()
+            .all(|w| cur.iter().any(|e| e["digest"] == w["digest"]))
+            && !cur_digest.is_empty()
+        {
+            return Ok((cur_digest, cur.len()));
+        }
+        let mut ann = Map::new();
+        ann.insert(INDEX_MARK.into(), INDEX_VERSION.into());
+        c.put_manifest(tag, INDEX_OCI, &index(&union(&cur, &want), &ann))?;
+        // Another run may be writing too: look again after a moment.
+        let jitter = (u64::from(std::process::id()) * 37 + round * 91) % 400;
+        std::thread::sleep(std::time::Duration::from_millis(200 + jitter));
+    }
+    bail!("{what}: the index kept changing under 20 rounds of writes: too many pushes at once?")
+}
