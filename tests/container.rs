@@ -171,22 +171,6 @@ fn boots(g: &Generated) {
     eprintln!("{} booted in {:.1?}", disk.display(), r.duration);
 }
 
-/// The one `error:` line of a failed run (exit 1, no panic), which must
-/// mention `needle`.
-fn one_error(o: &Output, needle: &str) -> String {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "exit 1 expected:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(lines.len(), 1, "one error line expected:\n{err}");
-    assert!(
-        lines[0].contains(needle),
-        "'{needle}' expected in:\n{}",
-        lines[0]
-    );
-    lines[0].to_string()
-}
-
 fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()

@@ -83,20 +83,6 @@ fn skopeo_raw(reg: &Registry, reference: &str, config: bool) -> Value {
     serde_json::from_str(&must(&mut c)).unwrap()
 }
 
-/// The one `error:` line of a failed run.
-fn one_error(o: &Output, needle: &str) -> String {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "exit 1 expected:\n{err}");
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(lines.len(), 1, "one error line expected:\n{err}");
-    assert!(
-        lines[0].contains(needle),
-        "'{needle}' expected in:\n{}",
-        lines[0]
-    );
-    lines[0].to_string()
-}
-
 #[test]
 fn push_then_pull_round_trip_read_by_skopeo_and_stream_metadata() {
     let b = built();

@@ -148,6 +148,21 @@ fn error_text(r: &mut ureq::http::Response<ureq::Body>) -> String {
         .to_string()
 }
 
+/// A JSON response body of at most `limit` bytes.
+fn json_body(
+    r: &mut ureq::http::Response<ureq::Body>,
+    limit: u64,
+    what: &str,
+) -> Result<serde_json::Value> {
+    let text = r
+        .body_mut()
+        .with_config()
+        .limit(limit)
+        .read_to_string()
+        .with_context(|| format!("reading {what}"))?;
+    serde_json::from_str(&text).with_context(|| format!("{what} is not JSON"))
+}
+
 /// A transient fault: worth another attempt.
 fn transient_status(s: u16) -> bool {
     matches!(s, 408 | 429 | 500 | 502 | 503 | 504)
@@ -376,14 +391,7 @@ impl Client {
                         error_text(&mut r)
                     );
                 }
-                let v: serde_json::Value = serde_json::from_str(
-                    &r.body_mut()
-                        .with_config()
-                        .limit(1 << 20)
-                        .read_to_string()
-                        .context("reading the token")?,
-                )
-                .context("the token response is not JSON")?;
+                let v = json_body(&mut r, 1 << 20, "the token response")?;
                 let t = v["token"]
                     .as_str()
                     .or_else(|| v["access_token"].as_str())
@@ -728,14 +736,7 @@ impl Client {
                 ),
             }
             let link = header(&r, "Link");
-            let v: serde_json::Value = serde_json::from_str(
-                &r.body_mut()
-                    .with_config()
-                    .limit(16 << 20)
-                    .read_to_string()
-                    .context("reading the tag list")?,
-            )
-            .context("the tag list is not JSON")?;
+            let v = json_body(&mut r, 16 << 20, "the tag list")?;
             tags.extend(
                 v["tags"]
                     .as_array()
