@@ -452,9 +452,9 @@ impl Client {
         )
     }
 
-    /// Push the blob in `path` (`size` bytes, `digest`) unless the
-    /// repository has it; `progress` gets the bytes sent so far.
-    /// `size` bytes of `path` from `start` are the blob.
+    /// Push the blob that is `size` bytes of `path` from `start` (an OCI
+    /// archive member, or the whole file) unless the repository has it;
+    /// `progress` gets the bytes sent so far.
     pub fn push_blob(
         &self,
         path: &Path,

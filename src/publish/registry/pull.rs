@@ -160,7 +160,9 @@ pub fn pull(
         let dir = out.join(&sub);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let _lock = crate::util::lock::DirLock::output(&dir)?;
-        let mut files = Vec::new();
+        // (file, sha256 hex): a layer is the file, so its digest is the
+        // file's, checked as it was written.
+        let mut files: Vec<(String, String)> = Vec::new();
         let mut docs: BTreeMap<&str, PathBuf> = BTreeMap::new();
         for e in es {
             let d = e["digest"].as_str().unwrap_or("");
@@ -192,10 +194,10 @@ pub fn pull(
                 "stream" => {
                     docs.insert("stream", dest);
                 }
-                _ => files.push(name),
+                _ => files.push((name, ld.trim_start_matches("sha256:").to_string())),
             }
         }
-        let kept: BTreeSet<String> = files.iter().cloned().collect();
+        let kept: BTreeSet<String> = files.iter().map(|f| f.0.clone()).collect();
         // meta.json: only the images pulled.
         if let Some(p) = docs.get("meta") {
             let mut m: Value = serde_json::from_slice(&std::fs::read(p)?)
@@ -224,14 +226,13 @@ pub fn pull(
             b.push(b'\n');
             crate::publish::meta::write_atomic(&dir, "stream.json", &b)?;
         }
-        // SHA256SUMS of the artifacts, as generate writes it.
-        let mut sums = String::new();
-        for f in &files {
-            let (h, _) = crate::publish::meta::sha256_file(&dir.join(f))?;
-            sums.push_str(&format!("{h}  {f}\n"));
-        }
+        // SHA256SUMS of the artifacts, as generate writes it, from the
+        // digests each file was checked against (no second read).
+        let sums: String = files.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
         crate::publish::meta::write_atomic(&dir, "SHA256SUMS", sums.as_bytes())?;
-        pulled.dirs.push((dir, files));
+        pulled
+            .dirs
+            .push((dir, files.into_iter().map(|f| f.0).collect()));
     }
     Ok(pulled)
 }

@@ -223,11 +223,7 @@ fn push_file(
         .len();
     let digest = match sha256 {
         Some(h) => format!("sha256:{h}"),
-        None => {
-            let mut h = crate::util::sha256::Sha256::new();
-            std::io::copy(&mut std::fs::File::open(file)?, &mut h)?;
-            format!("sha256:{}", hex::encode(h.finalize()))
-        }
+        None => format!("sha256:{}", crate::publish::meta::sha256_file(file)?.0),
     };
     let atype = artifact_type(key, &name);
     let oarch = oci_arch(&run.arch);
@@ -379,10 +375,9 @@ pub fn push(
 /// again while a read-back misses one (see the module's comment).
 pub fn publish_union(c: &Client, tag: &str) -> Result<(String, usize)> {
     let prefix = format!("{tag}.part.");
+    // `push` checked the tag before its uploads; each round below reads
+    // it again (and refuses an index that is not ours).
     let what = format!("{}/{}:{tag}", c.host, c.repo);
-    if let Some(cur) = c.get_manifest(tag)? {
-        our_entries(&cur.bytes, &what)?;
-    }
     for round in 0..20u64 {
         let mut parts: Vec<String> = c
             .tags()?
