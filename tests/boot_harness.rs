@@ -476,6 +476,27 @@ fn timeout_is_an_error_and_leaves_no_qemu() {
     assert!(no_qemu_named(&name), "qemu {name} still running");
 }
 
+/// A guest that goes silent mid-boot (here a shell waiting on the
+/// console: rdinit=/bin/sh) is stalled: booted once more (an emulator
+/// fault would pass then), and when the second is silent too, an error
+/// saying both, long before the timeout; no qemu left.
+#[test]
+fn a_silent_guest_is_booted_once_more_then_an_error() {
+    let name = format!("bootimage-harness-stall-{}", std::process::id());
+    let t0 = Instant::now();
+    let e = Vm::new(Firmware::Bios)
+        .medium(pxe_kernel_without_rootfs("console=ttyS0 rdinit=/bin/sh"))
+        .timeout(Duration::from_secs(120))
+        .stall(Duration::from_secs(4))
+        .name(&name)
+        .boot()
+        .unwrap_err();
+    assert!(e.contains("the console went silent at"), "{e}");
+    assert!(e.contains("the first boot failed too"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(100), "{e}");
+    assert!(no_qemu_named(&name), "qemu {name} still running");
+}
+
 #[test]
 fn kernel_panic_is_an_error_without_waiting_for_the_timeout() {
     // No initramfs: the kernel cannot mount a root and panics (and, with

@@ -655,8 +655,26 @@ fn os_stream_all_builds_every_stream() {
             loc.contains(f[key]["version"].as_str().unwrap()),
             "{stream}: {loc}"
         );
-        let on_disk: Value =
+        // streams.json is its stream's stream.json with every location
+        // seen from streams.json: `<stream>/<file>`, and the file is there.
+        let mut on_disk: Value =
             serde_json::from_slice(&std::fs::read(dir.join("stream.json")).unwrap()).unwrap();
+        let mut n = 0;
+        for p in on_disk["architectures"]["x86_64"]["artifacts"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+        {
+            for f in p["formats"].as_object_mut().unwrap().values_mut() {
+                for a in f.as_object_mut().unwrap().values_mut() {
+                    let l = format!("{stream}/{}", a["location"].as_str().unwrap());
+                    assert!(out.path().join(&l).is_file(), "{l}");
+                    a["location"] = l.into();
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 0, "{stream}: no artifacts in stream.json");
         assert_eq!(on_disk, all[stream], "{stream}");
     }
 }

@@ -246,9 +246,9 @@ fn dev_kvm_runs_kvm_and_its_disk_boots() {
     let (name, why) = dry_run_backend(&dev, "auto");
     if name == "nokvm" {
         assert!(why.contains("/dev/kvm is not usable"), "{why}");
-        // The run itself would be plain_run_picks_nokvm_and_its_disk_boots's
+        // The nokvm run itself and its boot are rootless_podman_runs_it's
         // (issue 27: each path generated and booted once).
-        eprintln!("kvm: {why}; the nokvm run and its boot are plain_run's");
+        eprintln!("kvm: {why}; the nokvm run and its boot are rootless_podman_runs_it's");
         return;
     } else {
         assert_eq!(name, "kvm", "{why}");
@@ -272,13 +272,193 @@ fn dev_kvm_runs_kvm_and_its_disk_boots() {
     boots(&g);
 }
 
+/// A plain run (no --privileged, no /dev/kvm) picks nokvm. The nokvm
+/// generate itself and its disk's boot are rootless_podman_runs_it's: the
+/// same plain container, the same emulated VM, under a user namespace
+/// besides (issue 27: each path generated and booted once, not twice).
 #[test]
-fn plain_run_picks_nokvm_and_its_disk_boots() {
+fn plain_run_picks_nokvm() {
     let (name, why) = dry_run_backend(&[], "auto");
     assert_eq!(name, "nokvm", "{why}");
-    let g = generate("plain", &[], &[]).unwrap_or_else(|e| panic!("{e}"));
-    assert!(g.log.contains("backend nokvm: auto:"), "{}", g.log);
-    boots(&g);
+    assert!(why.contains("the loopback backend cannot run"), "{why}");
+}
+
+/// deploy/tekton run in Tekton's order without a cluster (issue 31: a
+/// simulation, not Tekton): the Pipeline's matrix expanded as Tekton does
+/// (tests/common/tekton.rs), each generate cell's step run as a pod would
+/// run it (podman, the tool's image, the step's script, env and args, its
+/// workspaces at /workspace/NAME, privileged for loopback), both cells at
+/// once, pushing to a TLS registry with htpasswd on 127.0.0.1 (the
+/// registry-auth and certs workspaces); then the publish Task's step. The
+/// site it pulls holds each stream's files (sha256sum -c) and streams.json,
+/// which coreos-stream-metadata reads; each cell's `index` result names
+/// the index.
+#[test]
+fn tekton_pipeline_simulated_in_podman_with_the_tools_image() {
+    use common::tekton::{self, P};
+    use std::collections::BTreeMap;
+    let image = image();
+    let reg = Registry::start(true);
+    let pipeline = tekton::doc("tekton/pipeline.yaml", "Pipeline");
+    let gen_task = tekton::doc("tekton/task-generate.yaml", "Task");
+    let pub_task = tekton::doc("tekton/task-publish.yaml", "Task");
+    let r = format!("{}/ocp/bootimages:5.0", reg.host());
+    let given: tekton::Params = [
+        ("release", P::S("oci:/release/oci:release-ocp5".into())),
+        (
+            "platforms",
+            P::A(
+                ["metal", "--compress", "zstd", "--no-ostree-archive"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+        ),
+        ("arches", P::A(vec!["x86_64".into()])),
+        ("os-streams", P::A(vec!["rhel-9".into(), "rhel-10".into()])),
+        ("mode", P::S("loopback".into())),
+        ("ref", P::S(r.clone())),
+        ("base-url", P::S("http://mirror.example/rhcos".into())),
+        ("image", P::S(image.to_string())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let pp = tekton::task_params(&pipeline, &given);
+    let tasks = pipeline["spec"]["tasks"].as_array().unwrap();
+    let task_of = |n: &str| tasks.iter().find(|t| t["name"] == n).unwrap().clone();
+    let auth = fresh("tekton-auth");
+    std::fs::copy(reg.auth_file("s3cret"), auth.join(".dockerconfigjson")).unwrap();
+    // A step in a pod: /workspace/NAME for each bound workspace, results
+    // in /tekton/results.
+    let run_step = |task: &Value,
+                    params: &tekton::Params,
+                    host_ws: &BTreeMap<&str, PathBuf>,
+                    results: &Path| {
+        let mut ws = BTreeMap::new();
+        for w in task["spec"]["workspaces"].as_array().unwrap() {
+            let n = w["name"].as_str().unwrap().to_string();
+            let inside = host_ws
+                .contains_key(n.as_str())
+                .then(|| PathBuf::from(format!("/workspace/{n}")));
+            ws.insert(n, inside);
+        }
+        let steps = tekton::steps(task, params, &ws, Path::new("/tekton/results"));
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        let st = &steps[0];
+        let mut c = Command::new("podman");
+        c.args(["--runtime", "runc", "run", "--rm", "--network", "host"])
+            .args([
+                "--ulimit",
+                "nofile=4096:4096",
+                "--ulimit",
+                "nproc=4096:4096",
+            ])
+            .args(["-v".to_string(), release_volume()])
+            .args([
+                "-v".to_string(),
+                format!("{}:/tekton/results", results.display()),
+            ]);
+        if st.privileged {
+            c.arg("--privileged");
+        }
+        for (n, p) in host_ws {
+            c.args(["-v".to_string(), format!("{}:/workspace/{n}", p.display())]);
+        }
+        for (k, v) in &st.env {
+            c.args(["-e".to_string(), format!("{k}={v}")]);
+        }
+        c.args([
+            "--entrypoint",
+            "/bin/sh",
+            st.image.as_str(),
+            "-c",
+            st.script.as_str(),
+            "sh",
+        ])
+        .args(&st.args);
+        let t = Instant::now();
+        let o = c.output().unwrap();
+        eprintln!("step {} in podman: {:.1?}", st.name, t.elapsed());
+        assert!(
+            o.status.success(),
+            "step {}:\n{}{}",
+            st.name,
+            stdout(&o),
+            stderr(&o)
+        );
+        (st.clone(), stdout(&o))
+    };
+    let gen = task_of("generate");
+    let cells = tekton::cells(&gen, &pp);
+    assert_eq!(cells.len(), 2);
+    let results: Vec<PathBuf> = (0..cells.len())
+        .map(|i| fresh(&format!("tekton-results-{i}")))
+        .collect();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let params = tekton::task_params(&gen_task, cell);
+                let out = fresh(&format!("tekton-out-{i}"));
+                let ws: BTreeMap<&str, PathBuf> = [
+                    ("output", out),
+                    ("registry-auth", auth.clone()),
+                    ("certs", reg.cert_dir()),
+                ]
+                .into();
+                let res = results[i].clone();
+                let run_step = &run_step;
+                let gen_task = &gen_task;
+                sc.spawn(move || run_step(gen_task, &params, &ws, &res))
+            })
+            .collect();
+        for h in hs {
+            let (st, _) = h.join().unwrap();
+            assert!(st.privileged, "{}: loopback runs privileged", st.name);
+        }
+    });
+    for res in &results {
+        let idx = std::fs::read_to_string(res.join("index")).unwrap();
+        assert!(idx.starts_with(&format!("{r}@sha256:")), "{idx}");
+    }
+    // The fan-in: the publish Task after the matrix.
+    let publish = task_of("publish");
+    let cell = tekton::cells(&publish, &pp).remove(0);
+    let params = tekton::task_params(&pub_task, &cell);
+    let site = fresh("tekton-site");
+    let ws: BTreeMap<&str, PathBuf> = [
+        ("site", site.clone()),
+        ("registry-auth", auth.clone()),
+        ("certs", reg.cert_dir()),
+    ]
+    .into();
+    run_step(&pub_task, &params, &ws, &fresh("tekton-results-publish"));
+    let all: BTreeMap<String, coreos_stream_metadata::Stream> =
+        serde_json::from_slice(&std::fs::read(site.join("streams.json")).unwrap()).unwrap();
+    assert_eq!(
+        all.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["rhel-10", "rhel-9"]
+    );
+    for (stream, s) in &all {
+        let metal = &s.architectures["x86_64"].artifacts["metal"];
+        for f in metal.formats.values() {
+            for a in f.values() {
+                let rel = a
+                    .location
+                    .strip_prefix("http://mirror.example/rhcos/")
+                    .unwrap();
+                assert!(rel.starts_with(&format!("{stream}/")), "{rel}");
+                assert!(site.join(rel).is_file(), "{rel}");
+            }
+        }
+        let o = Command::new("sha256sum")
+            .args(["-c", "--quiet", "SHA256SUMS"])
+            .current_dir(site.join(stream))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{stream}: {}", stdout(&o));
+    }
 }
 
 #[test]

@@ -389,6 +389,82 @@ fn stream_metadata_reads_the_aarch64_stream() {
     assert!(!s.architectures.contains_key("x86_64"));
 }
 
+/// The CI matrix's fan-in on directories (issue 31): `stream merge` of the
+/// aarch64, ppc64le and s390x runs' stream.json into one document, which
+/// coreos-stream-metadata reads with all three arches; every location,
+/// seen from the merged file's directory, is the file with its sha256
+/// (checked on the arch's smallest file, existence and size on the rest).
+/// The same arch from two different builds is refused, naming both.
+#[test]
+fn stream_merge_joins_every_arch_and_locations_still_name_the_files() {
+    let runs = [built(), ppc(), z()];
+    let root = scratch("multiarch-merge");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let merged = root.join("all").join("stream.json");
+    let mut a: Vec<&str> = vec!["stream", "merge"];
+    let dirs: Vec<String> = runs.iter().map(|b| b.out.display().to_string()).collect();
+    a.extend(dirs.iter().map(String::as_str));
+    let m = merged.display().to_string();
+    a.extend(["-o", m.as_str()]);
+    let o = run(&root.join("cache"), &a);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: coreos_stream_metadata::Stream = serde_json::from_slice(&read(&merged)).unwrap();
+    let mut arches: Vec<&str> = s.architectures.keys().map(String::as_str).collect();
+    arches.sort_unstable();
+    assert_eq!(arches, ["aarch64", "ppc64le", "s390x"]);
+    let here = merged.parent().unwrap();
+    for b in runs {
+        let arch = &s.architectures[b.arch];
+        let mut files = Vec::new();
+        for p in arch.artifacts.values() {
+            for f in p.formats.values() {
+                for art in f.values() {
+                    let path = here.join(&art.location);
+                    let len = std::fs::metadata(&path)
+                        .unwrap_or_else(|e| panic!("{}: {} ({e})", b.arch, art.location))
+                        .len();
+                    files.push((len, path, art.sha256.clone()));
+                }
+            }
+        }
+        assert!(files.len() >= 5, "{}: {files:?}", b.arch);
+        files.sort();
+        let (_, small, want) = &files[0];
+        let got = must(Command::new("sha256sum").arg(small));
+        assert!(
+            got.starts_with(want.as_str()),
+            "{}: {got} vs {want}",
+            b.arch
+        );
+    }
+    // Negative: aarch64 twice, the second another build.
+    let other = root.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut doc: Value = serde_json::from_slice(&read(&built().out.join("stream.json"))).unwrap();
+    for p in doc["architectures"]["aarch64"]["artifacts"]
+        .as_object_mut()
+        .unwrap()
+        .values_mut()
+    {
+        p["release"] = "999.0".into();
+    }
+    std::fs::write(other.join("stream.json"), doc.to_string()).unwrap();
+    let e = expect_error(
+        &root.join("cache"),
+        &[
+            "stream",
+            "merge",
+            &dirs[0],
+            other.to_str().unwrap(),
+            "-o",
+            &m,
+        ],
+        "arch aarch64 is in both",
+    );
+    assert!(e.contains("999.0"), "{e}");
+}
+
 /// The gzip'd artifact `key` of `b`, unpacked once as `name`.
 fn ungz_in(b: &Built, key: &str, name: &str) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());

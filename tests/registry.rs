@@ -218,6 +218,183 @@ fn push_then_pull_round_trip_read_by_skopeo_and_stream_metadata() {
     sh_ok("sha256sum -c --quiet SHA256SUMS", one.path());
 }
 
+/// Issue 31's fan-out as a CI matrix runs it: `generate --push` on two
+/// "machines" at once into one REF, the -multi payload's x86_64 and
+/// aarch64, with the registry's CA given as generate's own `--cert-dir`
+/// and its credentials as `--registry-config`. The index holds both arches'
+/// parts (one stream) with their platforms; the real ORAS CLI (Debian
+/// forky's, tests/tools/oras.sh) pulls every artifact back byte-identical to
+/// the file generate wrote; `pull` lays out `<arch>/` and writes one
+/// stream.json with both arches, which coreos-stream-metadata reads with
+/// every location under --base-url and its file present. (Both streams of
+/// one payload into one REF: tests/container.rs's Tekton simulation.)
+#[test]
+fn generate_push_of_two_arches_into_one_ref_oras_reads_each_back() {
+    let reg = Registry::start(true);
+    let root = scratch("registry-fanout");
+    let _ = std::fs::remove_dir_all(&root);
+    let r = format!("{}/ocp/bootimages:4.18", reg.host());
+    let auth = reg.auth_file("s3cret").display().to_string();
+    let certs = reg.cert_dir().display().to_string();
+    let multi = oci("release-multi");
+    let gen = |arch: &str| {
+        let out = root.join(arch);
+        let o = out.display().to_string();
+        let t = std::time::Instant::now();
+        let res = run(
+            &root.join(format!("cache-{arch}")),
+            &[
+                "generate",
+                &multi,
+                "metal",
+                "--arch",
+                arch,
+                "--compress",
+                "zstd",
+                "--no-ostree-archive",
+                "--push",
+                &r,
+                "--registry-config",
+                &auth,
+                "--cert-dir",
+                &certs,
+                "-o",
+                &o,
+            ],
+        );
+        eprintln!("{arch}: generate --push in {:.1?}", t.elapsed());
+        (out, res)
+    };
+    let ((x86, o1), (arm, o2)) = std::thread::scope(|s| {
+        let a = s.spawn(|| gen("x86_64"));
+        let b = s.spawn(|| gen("aarch64"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(o1.status.success(), "{}", stderr(&o1));
+    assert!(o2.status.success(), "{}", stderr(&o2));
+    // Every file generate wrote, by name: (its sha256, the file).
+    let mut written: std::collections::BTreeMap<String, (String, PathBuf)> = Default::default();
+    for dir in [&x86, &arm] {
+        let meta: Value = serde_json::from_slice(&read(&dir.join("meta.json"))).unwrap();
+        for img in meta["images"].as_object().unwrap().values() {
+            let f = img["path"].as_str().unwrap().to_string();
+            written.insert(
+                f.clone(),
+                (img["sha256"].as_str().unwrap().into(), dir.join(&f)),
+            );
+        }
+    }
+    assert_eq!(written.len(), 2, "{written:?}");
+    let idx = skopeo_raw(&reg, "ocp/bootimages:4.18", false);
+    let entries = idx["manifests"].as_array().unwrap();
+    let mut parts = std::collections::BTreeSet::new();
+    for e in entries {
+        let a = &e["annotations"];
+        let arch = a["io.bootimage-gen.arch"].as_str().unwrap();
+        let goarch = if arch == "aarch64" { "arm64" } else { "amd64" };
+        assert_eq!(e["platform"]["architecture"], goarch, "{e}");
+        parts.insert((
+            arch.to_string(),
+            a["io.bootimage-gen.stream"].as_str().unwrap().to_string(),
+        ));
+    }
+    let arches: Vec<&str> = parts.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(arches, ["aarch64", "x86_64"], "{idx:#}");
+    let streams: std::collections::BTreeSet<&str> = parts.iter().map(|p| p.1.as_str()).collect();
+    assert_eq!(
+        streams.len(),
+        1,
+        "one OS stream key for both arches: {parts:?}"
+    );
+    // The real ORAS CLI: every artifact back, byte for byte.
+    let oras = must(&mut Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/oras.sh"),
+    ));
+    let ca = reg.cert_dir().join("ca.crt").display().to_string();
+    let mut checked = 0;
+    for (i, e) in entries.iter().enumerate() {
+        if !matches!(
+            e["annotations"]["io.bootimage-gen.platform"].as_str(),
+            Some(p) if p != "meta" && p != "stream"
+        ) {
+            continue;
+        }
+        let into = root.join(format!("oras/{i}"));
+        std::fs::create_dir_all(&into).unwrap();
+        must(
+            Command::new(&oras)
+                .args([
+                    "pull",
+                    "--ca-file",
+                    ca.as_str(),
+                    "-u",
+                    "tester",
+                    "-p",
+                    "s3cret",
+                    "-o",
+                ])
+                .arg(&into)
+                .arg(format!(
+                    "{}/ocp/bootimages@{}",
+                    reg.host(),
+                    e["digest"].as_str().unwrap()
+                ))
+                .env("HOME", &root),
+        );
+        let got: Vec<_> = std::fs::read_dir(&into)
+            .unwrap()
+            .map(|d| d.unwrap().path())
+            .collect();
+        assert_eq!(got.len(), 1, "{got:?}");
+        let name = got[0].file_name().unwrap().to_string_lossy().into_owned();
+        let (sha, orig) = written
+            .get(&name)
+            .unwrap_or_else(|| panic!("oras named it {name}"));
+        let h = must(Command::new("sha256sum").arg(&got[0]));
+        assert!(h.starts_with(sha.as_str()), "{name}: {h} vs {sha}");
+        must(Command::new("cmp").arg(&got[0]).arg(orig));
+        std::fs::remove_dir_all(&into).unwrap();
+        checked += 1;
+    }
+    assert_eq!(
+        checked,
+        written.len(),
+        "every file generate wrote, pulled by oras"
+    );
+    // pull: <arch>/, and one stream.json with both arches.
+    let back = root.join("back");
+    let o = pull(
+        &reg,
+        &r,
+        &back,
+        &["--base-url", "http://mirror.example/rhcos/"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: coreos_stream_metadata::Stream =
+        serde_json::from_slice(&read(&back.join("stream.json"))).unwrap();
+    let mut got: Vec<&str> = s.architectures.keys().map(String::as_str).collect();
+    got.sort_unstable();
+    assert_eq!(got, ["aarch64", "x86_64"]);
+    let mut located = 0;
+    for (arch, a) in &s.architectures {
+        for p in a.artifacts.values() {
+            for f in p.formats.values() {
+                for art in f.values() {
+                    let rel = art
+                        .location
+                        .strip_prefix("http://mirror.example/rhcos/")
+                        .unwrap_or_else(|| panic!("{}", art.location));
+                    assert!(rel.starts_with(&format!("{arch}/")), "{rel}");
+                    assert!(back.join(rel).is_file(), "{rel}");
+                    located += 1;
+                }
+            }
+        }
+        sh_ok("sha256sum -c --quiet SHA256SUMS", &back.join(arch));
+    }
+    assert_eq!(located, 2);
+}
+
 fn sh_ok(script: &str, dir: &Path) {
     let o = Command::new("sh")
         .arg("-c")
@@ -246,9 +423,10 @@ fn racing_pushes_into_one_tag_both_land() {
         });
         assert!(
             r1.status.success() && r2.status.success(),
-            "{}\n{}",
+            "round {round}:\n{}\n{}\nthe registry's errors:\n{}",
             stderr(&r1),
-            stderr(&r2)
+            stderr(&r2),
+            std::fs::read_to_string(reg.dir.path().join("registry.log")).unwrap_or_default()
         );
         let idx = skopeo_raw(&reg, &format!("ocp/bootimages:{tag}"), false);
         let streams: std::collections::BTreeSet<&str> = idx["manifests"]
@@ -397,6 +575,46 @@ fn pull_recovers_from_resets_and_bad_inputs_say_one_line() {
     let gone = format!("127.0.0.1:{}/ocp/x:t", free_port());
     let e = one_error(&tool(&["push", dir, &gone], &[]), "onnection refused");
     assert!(e.contains("is it running"), "{e}");
+    // generate --push: the registry is reached before the build, so a
+    // wrong one costs no build (nothing written), and a digest is refused.
+    let gen_out = tempfile::tempdir().unwrap();
+    let go = gen_out.path().join("o");
+    let go = go.to_str().unwrap();
+    let e = one_error(
+        &tool(
+            &[
+                "generate",
+                &oci("release"),
+                "metal",
+                "-o",
+                go,
+                "--push",
+                &gone,
+            ],
+            &[],
+        ),
+        "--push",
+    );
+    assert!(e.contains("is it running"), "{e}");
+    one_error(
+        &tool(
+            &[
+                "generate",
+                &oci("release"),
+                "metal",
+                "-o",
+                go,
+                "--push",
+                &format!("{}/ocp/x@sha256:{}", reg.host(), "0".repeat(64)),
+            ],
+            &[],
+        ),
+        "push takes a tag, not a digest",
+    );
+    assert!(
+        !Path::new(go).exists(),
+        "generate wrote {go} before failing"
+    );
     // A tag that holds something else.
     reg.push(&oci("release"), "ocp/bootimages:not-ours");
     one_error(
@@ -434,4 +652,73 @@ fn pull_recovers_from_resets_and_bad_inputs_say_one_line() {
         .filter(|n| n.contains("metal"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// `make bench-registry`: push throughput against `skopeo copy` of the
+/// same image to the same registry (TLS, htpasswd): the kubevirt
+/// containerDisk's OCI archive, each into a fresh repository (nothing
+/// there yet), best of three; and our whole push of the run. Prints the
+/// figures; asserts only that both worked.
+#[test]
+#[ignore]
+fn bench_push_vs_skopeo_copy() {
+    let b = built();
+    let reg = Registry::start(true);
+    let archive = image_file(&b.meta, &b.out, "kubevirt");
+    let mib = std::fs::metadata(&archive).unwrap().len() as f64 / (1 << 20) as f64;
+    let single = tempfile::tempdir().unwrap();
+    // A generate-shaped directory holding only the archive, so the push is
+    // the same bytes skopeo sends.
+    let mut meta = b.meta.clone();
+    meta["images"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k == "kubevirt");
+    std::fs::write(single.path().join("meta.json"), meta.to_string()).unwrap();
+    let name = archive.file_name().unwrap();
+    std::fs::hard_link(&archive, single.path().join(name))
+        .or_else(|_| std::fs::copy(&archive, single.path().join(name)).map(|_| ()))
+        .unwrap();
+    let (mut ours, mut theirs) = (f64::MAX, f64::MAX);
+    for i in 0..3 {
+        let r = format!("{}/bench/ours{i}:t", reg.host());
+        let f = flags(&reg, "s3cret");
+        let mut a: Vec<&str> = vec!["push", single.path().to_str().unwrap(), &r, "--stream", "b"];
+        a.extend(f.iter().map(String::as_str));
+        let t = std::time::Instant::now();
+        let o = tool(&a, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        ours = ours.min(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        must(
+            Command::new("skopeo")
+                .args(["copy", "-q", "--dest-creds", "tester:s3cret"])
+                .arg(format!("--dest-cert-dir={}", reg.cert_dir().display()))
+                .arg(format!("oci-archive:{}", archive.display()))
+                .arg(format!("docker://{}/bench/skopeo{i}:t", reg.host())),
+        );
+        theirs = theirs.min(t.elapsed().as_secs_f64());
+    }
+    // The whole run (every artifact, meta and stream), once.
+    let t = std::time::Instant::now();
+    let o = push(&reg, &b.out, "whole", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whole = t.elapsed().as_secs_f64();
+    let total: u64 = walk_size(&b.out);
+    eprintln!(
+        "registry bench: containerDisk archive {mib:.0} MiB: push {:.0} MiB/s ({ours:.2} s; the artifact and the image inside, so its bytes twice), skopeo copy {:.0} MiB/s ({theirs:.2} s); the whole run, {} MiB: {:.0} MiB/s ({whole:.2} s)",
+        2.0 * mib / ours,
+        mib / theirs,
+        total >> 20,
+        (total >> 20) as f64 / whole
+    );
+}
+
+fn walk_size(d: &Path) -> u64 {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
 }

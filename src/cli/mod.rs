@@ -95,6 +95,9 @@ pub enum Command {
     ///
     /// Example: bootimage-gen pull registry.example.com:5000/ocp/bootimages:4.18.0 -o /srv/www/rhcos --arch x86_64 --platform metal --platform live-iso --base-url http://mirror.example/rhcos
     Pull(PullArgs),
+    /// Stream metadata: merge the stream.json of several runs.
+    #[command(subcommand)]
+    Stream(StreamCommand),
     /// Run a disk job inside the backend VM (internal).
     #[command(hide = true)]
     VmJob(VmJobArgs),
@@ -107,6 +110,42 @@ pub enum Command {
     ///
     /// Example: bootimage-gen man | man -l -
     Man(ManArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StreamCommand {
+    /// Merge the stream.json of runs on several machines (one per arch,
+    /// or per arch and stream) into one document, as a CI matrix's last
+    /// step: every arch of every input; the same arch twice only when both
+    /// are the same build. streams.json files (`generate --os-stream all`)
+    /// merge stream key by stream key into a streams.json.
+    ///
+    /// Locations relative to an input's directory are rewritten relative
+    /// to the output's directory (or put under --base-url), so each still
+    /// names its file; URLs are kept.
+    ///
+    /// Example: bootimage-gen stream merge out/x86_64 out/aarch64 -o out/stream.json --base-url http://mirror.example/rhcos
+    #[command(verbatim_doc_comment)]
+    Merge(StreamMergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StreamMergeArgs {
+    /// stream.json or streams.json files, or generate output directories
+    /// (their stream.json, else streams.json).
+    #[arg(value_name = "INPUT", required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// The merged document: a FILE.json, or a directory that gets
+    /// stream.json (or streams.json).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// Where the output's directory will be served: locations become
+    /// URL/PATH (PATH relative to the output's directory).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The merged stream's name, when the inputs name theirs differently.
+    #[arg(long, value_name = "NAME")]
+    pub stream: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -306,6 +345,13 @@ pub struct GenerateArgs {
     pub threads: Option<usize>,
     #[command(flatten)]
     pub aws: AwsArgs,
+    /// After the build, push the output to a registry as `bootimage-gen
+    /// push` does (REGISTRY/REPOSITORY:TAG). The registry is reached before
+    /// the build, with the release's --registry-config, --insecure and
+    /// --cert-dir; runs of other arches or streams pushing to the same REF
+    /// add to its index.
+    #[arg(long, value_name = "REF", help_heading = "Registry")]
+    pub push: Option<String>,
     /// After the build, import the vmware OVA into vCenter as the template
     /// NAME, as `vsphere import` does (vCenter and credentials from GOVC_URL,
     /// GOVC_USERNAME, GOVC_PASSWORD; placement from the vSphere flags or
@@ -441,6 +487,10 @@ pub struct RegistryArgs {
     /// A PEM file of CA certificates to trust besides the system's.
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
+    /// A directory of CA certificates (*.crt) to trust besides the
+    /// system's, as `generate --cert-dir` and skopeo take it.
+    #[arg(long, value_name = "DIR", conflicts_with = "ca_file")]
+    pub cert_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

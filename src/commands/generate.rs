@@ -5,22 +5,44 @@ use anyhow::Result;
 
 /// `--os-stream all`: every OS stream of the release.
 pub const ALL_STREAMS: &str = "all";
-/// The release's streams, shaped like the coreos-bootimages ConfigMap's
-/// `data.streams` (installer `hack/build-coreos-manifest.go`).
-pub const STREAMS_JSON: &str = "streams.json";
+pub use crate::publish::stream::STREAMS_JSON;
 
 pub fn run(a: GenerateArgs) -> Result<()> {
     crate::util::cancel::install()?;
-    if a.input.os_stream.as_deref() == Some(ALL_STREAMS) {
-        return run_all_streams(a);
+    // --push: the registry reached (and the reference checked) first, so a
+    // typo or a refused credential costs seconds, not a build.
+    let push = match (&a.push, a.dry_run) {
+        (Some(r), false) => Some(super::registry::generate_target(r, &a.input)?),
+        (Some(r), true) => {
+            let d = super::registry::reference(r)
+                .and_then(|d| crate::publish::registry::push::tag_of(&d))
+                .map_err(|e| e.context(format!("--push {r}")))?;
+            crate::util::ui::status(format!("--dry-run: would push the output to {r} (tag {d})"));
+            None
+        }
+        (None, _) => None,
+    };
+    let output = a.output.clone();
+    // The stream a one-stream run pushes as: its OS stream key, as the
+    // directories of --os-stream all are named, so cells of a matrix that
+    // build other streams of one release into one REF each keep a part.
+    let stream = if a.input.os_stream.as_deref() == Some(ALL_STREAMS) {
+        run_all_streams(a)?;
+        None
+    } else {
+        Some(run_one(a)?.os_stream)
+    };
+    if let Some(t) = push {
+        t.push(&output, stream.as_deref())?;
     }
-    run_one(a)
+    Ok(())
 }
 
 /// One run per OS stream, into `<output>/<stream>` (OKD's one stream, which
 /// has no class: `<output>/<tag>`), then `<output>/streams.json`: each
 /// stream's stream.json under its ConfigMap key (`""` for a stream without
-/// class, as OKD's `scos.json`).
+/// class, as OKD's `scos.json`), its file locations relative to
+/// streams.json (`<stream>/<file>`) unless --base-url made them URLs.
 fn run_all_streams(a: GenerateArgs) -> Result<()> {
     use crate::release::osimages;
     let mut input = a.input.clone();
@@ -47,9 +69,21 @@ fn run_all_streams(a: GenerateArgs) -> Result<()> {
         let mut one = a.clone();
         one.input.os_stream = Some(f.tag.clone());
         one.output = a.output.join(&dir);
+        // --base-url serves <output>: this stream's files are under <dir>.
+        one.base_url = a
+            .base_url
+            .as_deref()
+            .map(|u| format!("{}/{dir}", u.trim_end_matches('/')));
         run_one(one)?;
         if !a.dry_run {
-            let s = crate::publish::stream::read_stream(&a.output.join(&dir))?;
+            // Its locations as seen from streams.json (`<dir>/<file>`).
+            let sub = a.output.join(&dir);
+            let s = crate::publish::stream::read_stream(&sub)?;
+            let s = crate::publish::merge::located(
+                &s,
+                &sub.join(crate::publish::stream::STREAM_JSON),
+                &a.output,
+            )?;
             streams.insert(
                 f.stream_class.clone().unwrap_or_default(),
                 serde_json::to_value(s)?,
@@ -70,7 +104,7 @@ fn run_all_streams(a: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_one(a: GenerateArgs) -> Result<()> {
+fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
     // vSphere: settings checked before the build, the import after it.
     let vsphere = match &a.vsphere_template {
         Some(name) => {
@@ -108,14 +142,14 @@ fn run_one(a: GenerateArgs) -> Result<()> {
     if !settings.dry_run {
         recover(&settings.input.cache_dir, &settings.output);
     }
-    crate::pipeline::run(&settings)?;
+    let ran = crate::pipeline::run(&settings)?;
     if let Some(v) = vsphere {
         if !settings.dry_run {
             let ova = vmware_ova(&settings.output)?;
             super::vsphere::import_ova(&v, &ova, &vsphere_target)?;
         }
     }
-    Ok(())
+    Ok(ran)
 }
 
 /// The vmware OVA the build wrote: meta.json `images.vmware.path`.

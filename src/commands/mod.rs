@@ -5,6 +5,7 @@ pub mod generate;
 pub mod inspect;
 pub mod platforms;
 pub mod registry;
+pub mod stream;
 pub mod vsphere;
 
 use crate::cli::{Cli, Command, InputArgs};
@@ -33,6 +34,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Vsphere(c) => vsphere::run(c),
         Command::Push(a) => registry::push(a),
         Command::Pull(a) => registry::pull(a),
+        Command::Stream(crate::cli::StreamCommand::Merge(a)) => stream::merge(a),
         Command::VmJob(a) => crate::backend::vm::job_main(&a.job, &a.result),
         Command::Completions(a) => completions::completions(a),
         Command::Man(a) => completions::man(a),

@@ -6,7 +6,8 @@ use anyhow::Result;
 use std::sync::Mutex;
 use std::time::Instant;
 
-fn reference(s: &str) -> Result<DockerRef> {
+/// A push or pull REF (`docker://` accepted).
+pub fn reference(s: &str) -> Result<DockerRef> {
     DockerRef::parse(s.strip_prefix("docker://").unwrap_or(s))
 }
 
@@ -15,6 +16,7 @@ fn options(a: &RegistryArgs, chunk: u64) -> client::Options {
         authfile: a.authfile.clone(),
         insecure: a.insecure,
         ca_file: a.ca_file.clone(),
+        ca_dir: a.cert_dir.clone(),
         chunk,
     }
 }
@@ -55,34 +57,68 @@ impl Progress {
 
 pub fn push(a: PushArgs) -> Result<()> {
     crate::util::cancel::install()?;
-    let r = reference(&a.reference)?;
     if a.chunk_mib == 0 {
         anyhow::bail!("--chunk-mib must be at least 1");
     }
-    let c = client::Client::connect(&r, &options(&a.registry, a.chunk_mib << 20))?;
-    let p = Progress::new();
-    let s = ps::push(&c, &r, &a.dir, a.stream.as_deref(), &|n, d, t| {
-        p.report("push", n, d, t)
-    })?;
-    crate::util::ui::status(format!(
-        "pushed {} artifacts in {:.1?}: {} MiB sent, {} MiB the registry had",
-        s.artifacts,
-        p.start.elapsed(),
-        s.uploaded >> 20,
-        s.existed >> 20
-    ));
-    for i in &s.images {
-        crate::util::ui::status(format!("image: {i}"));
+    let t = PushTarget::connect(&a.reference, &options(&a.registry, a.chunk_mib << 20))?;
+    t.push(&a.dir, a.stream.as_deref())
+}
+
+/// A reference to push to and the registry reached: checked before a
+/// build (`generate --push`), so a wrong host, tag or credential fails in
+/// seconds rather than after the build.
+pub struct PushTarget {
+    r: DockerRef,
+    c: client::Client,
+}
+
+impl PushTarget {
+    pub fn connect(reference_text: &str, o: &client::Options) -> Result<Self> {
+        let r = reference(reference_text)?;
+        ps::tag_of(&r)?;
+        let c = client::Client::connect(&r, o)?;
+        Ok(PushTarget { r, c })
     }
-    println!(
-        "{}/{}:{}@{} ({} entries)",
-        r.registry,
-        r.repository,
-        r.tag.as_deref().unwrap_or(""),
-        s.index_digest,
-        s.index_entries
-    );
-    Ok(())
+
+    /// Push `dir` (a generate output) and say what went where.
+    pub fn push(&self, dir: &std::path::Path, stream: Option<&str>) -> Result<()> {
+        let (r, c) = (&self.r, &self.c);
+        let p = Progress::new();
+        let s = ps::push(c, r, dir, stream, &|n, d, t| p.report("push", n, d, t))?;
+        crate::util::ui::status(format!(
+            "pushed {} artifacts in {:.1?}: {} MiB sent, {} MiB the registry had",
+            s.artifacts,
+            p.start.elapsed(),
+            s.uploaded >> 20,
+            s.existed >> 20
+        ));
+        for i in &s.images {
+            crate::util::ui::status(format!("image: {i}"));
+        }
+        println!(
+            "{}/{}:{}@{} ({} entries)",
+            r.registry,
+            r.repository,
+            r.tag.as_deref().unwrap_or(""),
+            s.index_digest,
+            s.index_entries
+        );
+        Ok(())
+    }
+}
+
+/// `generate --push REF`: the release's own registry flags reach the
+/// mirror too (`--registry-config`, `--insecure`, `--cert-dir`).
+pub fn generate_target(reference_text: &str, input: &crate::cli::InputArgs) -> Result<PushTarget> {
+    let o = client::Options {
+        authfile: input.registry_config.clone(),
+        insecure: input.insecure,
+        ca_file: None,
+        ca_dir: input.cert_dir.clone(),
+        chunk: client::DEFAULT_CHUNK,
+    };
+    PushTarget::connect(reference_text, &o)
+        .map_err(|e| e.context(format!("--push {reference_text}")))
 }
 
 pub fn pull(a: PullArgs) -> Result<()> {
@@ -113,6 +149,12 @@ pub fn pull(a: PullArgs) -> Result<()> {
             "{}: {} files, meta.json, stream.json, SHA256SUMS",
             dir.display(),
             files.len()
+        ));
+    }
+    if let Some(m) = &got.merged {
+        crate::util::ui::status(format!(
+            "{}: every arch and stream pulled, in one document",
+            m.display()
         ));
     }
     crate::util::ui::status(format!(

@@ -21,10 +21,19 @@ use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
 use build::{Base, Builder};
 
+/// What a run built from: its OS stream key, the OS image's stream class
+/// (`rhel-9`, `rhel-10`), else its release tag (OKD's `stream-coreos`):
+/// the name `--os-stream all` gives the stream's directory and `push`
+/// gives its part of an index.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub os_stream: String,
+}
+
 /// Run `generate` with validated settings. A disk-full error anywhere
 /// (ours or a tool's) comes back with one line in front naming the
 /// filesystem, what the run needed there and what is free.
-pub fn run(s: &Settings) -> Result<()> {
+pub fn run(s: &Settings) -> Result<Ran> {
     let mut places = vec![
         Place {
             role: "cache".into(),
@@ -42,16 +51,20 @@ pub fn run(s: &Settings) -> Result<()> {
     run_stages(s, &mut places).map_err(|e| space::explain_places(e, &places))
 }
 
-fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<()> {
+fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     let chosen = backend::choose(s.backend)?;
     // Region and credentials from the AWS chain, before anything is built.
     let aws = s.aws.as_ref().map(aws::Session::connect).transpose()?;
     let reporter = Reporter::new(s.progress);
     let loaded = resolve_and_import(s)?;
+    let ran = Ran {
+        os_stream: (loaded.resolved.os_stream_class.clone())
+            .unwrap_or_else(|| loaded.resolved.os_tag.clone()),
+    };
     let dry = dry_plan(s, &loaded, chosen, &reporter)?;
     if s.dry_run {
         println!("{}", serde_json::to_string_pretty(&dry)?);
-        return Ok(());
+        return Ok(ran);
     }
     let plan = Plan::executable(dry)?;
     let os = loaded.os.as_ref().context("the OS was imported")?;
@@ -164,7 +177,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<()> {
         "done: {} (meta.json, stream.json, SHA256SUMS)",
         s.output.display()
     ));
-    Ok(())
+    Ok(ran)
 }
 
 /// Stages resolve and import: the release, its OS image, and the OS commit

@@ -31,6 +31,10 @@ use std::path::Path;
 
 /// File name of the stream metadata written next to meta.json.
 pub const STREAM_JSON: &str = "stream.json";
+/// Several streams of one release, shaped like the coreos-bootimages
+/// ConfigMap's `data.streams` (installer `hack/build-coreos-manifest.go`):
+/// stream key to stream document.
+pub const STREAMS_JSON: &str = "streams.json";
 /// `metadata.generator`: this tool and its version.
 pub const GENERATOR: &str = concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION"));
 

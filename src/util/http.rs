@@ -27,6 +27,32 @@ pub enum Trust<'a> {
     Only(&'a Path, &'a str),
     /// The system store and the PEM file's CAs.
     SystemAnd(&'a Path, &'a str),
+    /// The system store and the CAs of every `*.crt` in the directory (a
+    /// containers `certs.d` directory, as `--cert-dir` gives to skopeo).
+    SystemAndDir(&'a Path, &'a str),
+}
+
+/// The `*.crt` files of a certificate directory, sorted; an error naming
+/// the directory when it has none.
+fn crt_files(dir: &Path, from: &str) -> Result<Vec<std::path::PathBuf>> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| {
+            format!(
+                "reading the certificate directory {} ({from})",
+                dir.display()
+            )
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "crt"))
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        bail!(
+            "certificate directory {} ({from}) holds no *.crt file: put the PEM of the CA that signed the server's certificate there as NAME.crt",
+            dir.display()
+        );
+    }
+    Ok(v)
 }
 
 fn system_roots() -> Vec<ureq::tls::Certificate<'static>> {
@@ -69,6 +95,13 @@ pub fn agent(trust: Trust<'_>, insecure: bool, recv: Duration) -> Result<ureq::A
         Trust::SystemAnd(f, from) => {
             let mut v = system_roots();
             v.extend(pem_roots(f, from)?);
+            v
+        }
+        Trust::SystemAndDir(d, from) => {
+            let mut v = system_roots();
+            for f in crt_files(d, from)? {
+                v.extend(pem_roots(&f, from)?);
+            }
             v
         }
     };

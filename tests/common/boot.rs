@@ -75,6 +75,13 @@ const LOG_TAIL_LINES: usize = 60;
 const CMDLINE_GRACE: Duration = Duration::from_secs(10);
 /// After a kernel panic, how long to keep collecting the trace.
 const PANIC_GRACE: Duration = Duration::from_secs(3);
+/// After a kernel oops (the kernel may carry on), how long to wait for the
+/// marker before calling the attempt failed.
+const OOPS_GRACE: Duration = Duration::from_secs(30);
+/// Console silence that ends an attempt as stalled: longer than any quiet
+/// phase of a good boot here (GRUB reading a live initramfs from an
+/// emulated USB disk took 40 s on CI's machine).
+const STALL: Duration = Duration::from_secs(150);
 const POLL: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -499,6 +506,8 @@ pub struct Vm {
     pub name: Option<String>,
     /// Extra qemu arguments, appended last.
     pub extra_args: Vec<String>,
+    /// Console silence that ends an attempt as stalled (STALL).
+    pub stall: Duration,
 }
 
 impl Vm {
@@ -511,7 +520,12 @@ impl Vm {
             machine: "q35".to_string(),
             name: None,
             extra_args: Vec::new(),
+            stall: STALL,
         }
+    }
+    pub fn stall(mut self, t: Duration) -> Vm {
+        self.stall = t;
+        self
     }
     pub fn media(mut self, media: &[Media]) -> Vm {
         self.media.extend_from_slice(media);
@@ -550,7 +564,10 @@ impl Vm {
     }
 
     /// Boot and wait for the marker. `Err` holds the reason, the qemu
-    /// command line, qemu's output and the console log's last lines.
+    /// command line, qemu's output and the console log's last lines. A
+    /// failure an emulator fault can cause (a guest kernel oops, a silent
+    /// console; [`Outcome::emulator_fault`]) gets one more boot, said on
+    /// stderr and in the boot record; a bad image fails both.
     pub fn boot(&self) -> Result<BootResult, String> {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let name = self.name.clone().unwrap_or_else(|| {
@@ -560,19 +577,44 @@ impl Vm {
                 SEQ.fetch_add(1, Ordering::SeqCst)
             )
         });
+        match self.attempt(&name, None) {
+            Err(Retry(why, first)) if !why.is_empty() => {
+                eprintln!("boot {name}: {why}: an emulator fault rather than the image? booting it once more");
+                self.attempt(&name, Some(&why)).map_err(|Retry(_, second)| {
+                    format!("{second}\n(the first boot failed too: {why}; its error:\n{first})")
+                })
+            }
+            ok => ok.map_err(|Retry(_, e)| e),
+        }
+    }
+
+    /// One boot. `Err(Retry(why, error))` with `why` non-empty when an
+    /// emulator fault may explain it; `retry_of` names the first attempt's
+    /// fault on the second.
+    fn attempt(&self, name: &str, retry_of: Option<&str>) -> Result<BootResult, Retry> {
+        let name = name.to_string();
+        let plain = |e: String| Retry(String::new(), e);
         let tmp = tempfile::Builder::new()
             .prefix("bootimage-boot-")
             .tempdir()
-            .map_err(|e| format!("creating a temp dir: {e}"))?;
+            .map_err(|e| plain(format!("creating a temp dir: {e}")))?;
         let serial = tmp.path().join("serial.log");
         let qemu_out = tmp.path().join("qemu.out");
         let fw_log = tmp.path().join("firmware.log");
         let args = self
             .qemu_args(&name, tmp.path(), &serial, &fw_log)
-            .map_err(|e| format!("boot {name}: {e}"))?;
+            .map_err(|e| plain(format!("boot {name}: {e}")))?;
         let bin = qemu_binary(self.firmware);
         let command = shell_join(&bin, &args);
-        let run = run_qemu(&bin, &args, &serial, &fw_log, &qemu_out, self.timeout);
+        let run = run_qemu(
+            &bin,
+            &args,
+            &serial,
+            &fw_log,
+            &qemu_out,
+            self.timeout,
+            self.stall,
+        );
         if let Ok(dir) = std::env::var("BOOTIMAGE_TEST_BOOT_LOGS") {
             let _ = fs::create_dir_all(&dir);
             let _ = fs::copy(&serial, Path::new(&dir).join(format!("{name}.log")));
@@ -587,21 +629,25 @@ impl Vm {
             elapsed,
         } = match run {
             Ok(r) => r,
-            Err(e) => return Err(format!("boot {name}: {e}\nqemu: {command}")),
+            Err(e) => return Err(plain(format!("boot {name}: {e}\nqemu: {command}"))),
         };
-        self.record(&outcome, elapsed);
+        self.record(&outcome, elapsed, retry_of);
+        let fault = outcome.emulator_fault().filter(|_| retry_of.is_none());
         let fail = |reason: String| {
             let out = fs::read_to_string(&qemu_out).unwrap_or_default();
             let fw = fs::read(&fw_log).map(|b| clean(&b)).unwrap_or_default();
-            failure_text(
-                &name,
-                self.firmware,
-                &reason,
-                elapsed,
-                &command,
-                &out,
-                &fw,
-                &log,
+            Retry(
+                fault.clone().unwrap_or_default(),
+                failure_text(
+                    &name,
+                    self.firmware,
+                    &reason,
+                    elapsed,
+                    &command,
+                    &out,
+                    &fw,
+                    &log,
+                ),
             )
         };
         match outcome {
@@ -621,15 +667,24 @@ impl Vm {
             Outcome::Exited(st) => Err(fail(format!(
                 "qemu exited ({st}) without a BOOTIMAGE-TEST-OS marker"
             ))),
-            Outcome::Timeout => Err(fail(format!(
-                "timed out after {:.0} s without a BOOTIMAGE-TEST-OS marker",
-                self.timeout.as_secs_f64()
+            Outcome::Timeout { last_output } => Err(fail(format!(
+                "timed out after {:.0} s without a BOOTIMAGE-TEST-OS marker ({})",
+                self.timeout.as_secs_f64(),
+                match last_output {
+                    Some(t) => format!("the console last wrote at {:.0} s", t.as_secs_f64()),
+                    None => "the console stayed empty".to_string(),
+                }
+            ))),
+            o @ (Outcome::Oops(_) | Outcome::Stalled { .. }) => Err(fail(format!(
+                "{} without a BOOTIMAGE-TEST-OS marker",
+                o.emulator_fault().unwrap_or_default()
             ))),
         }
     }
 
-    /// One line of `SUITE_BOOT_RECORD` (when set) for this boot.
-    fn record(&self, outcome: &Outcome, elapsed: Duration) {
+    /// One line of `SUITE_BOOT_RECORD` (when set) for this boot
+    /// (`retry_of`: the fault that made it a second attempt).
+    fn record(&self, outcome: &Outcome, elapsed: Duration, retry_of: Option<&str>) {
         let Some(file) = std::env::var_os("SUITE_BOOT_RECORD") else {
             return;
         };
@@ -675,6 +730,7 @@ impl Vm {
             "platform": platform,
             "mode": mode,
             "secs": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+            "retry_of": retry_of,
         });
         if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(file) {
             // One write(2) of a short line to an O_APPEND file: whole lines
@@ -1031,8 +1087,40 @@ enum Outcome {
     /// The firmware found nothing to boot.
     NoBoot(String),
     Exited(ExitStatus),
-    Timeout,
+    /// No marker in time; when the console last grew, from qemu's start.
+    Timeout {
+        last_output: Option<Duration>,
+    },
+    /// The guest kernel oopsed (its line) and no marker followed.
+    Oops(String),
+    /// The console said nothing for `quiet`, from when it last grew.
+    Stalled {
+        last_output: Duration,
+        quiet: Duration,
+    },
 }
+
+impl Outcome {
+    /// A failure an emulator fault can cause (a TCG guest's kernel oopsing
+    /// in a random place, a guest going silent mid-boot: both seen on CI
+    /// for boots that pass on the next try), as opposed to a verdict on
+    /// the image: worth one more boot.
+    fn emulator_fault(&self) -> Option<String> {
+        match self {
+            Outcome::Oops(line) => Some(format!("the guest kernel oopsed ({line})")),
+            Outcome::Stalled { last_output, quiet } => Some(format!(
+                "the console went silent at {:.0} s for {:.0} s",
+                last_output.as_secs_f64(),
+                quiet.as_secs_f64()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A failed attempt: why one more may pass (empty: it would not), and
+/// the error.
+struct Retry(String, String);
 
 struct Run {
     outcome: Outcome,
@@ -1047,8 +1135,19 @@ struct Scan {
     cmdline: Option<String>,
     fail: Option<String>,
     panic: bool,
+    oops: Option<String>,
     no_boot: Option<String>,
 }
+
+/// Kernel lines of an oops (x86, arm64, ppc64, s390x).
+const OOPS_SIGNS: &[&str] = &[
+    "Oops:",
+    "illegal operation:",
+    "invalid opcode:",
+    "general protection fault",
+    "BUG: unable to handle",
+    "Internal error: Oops",
+];
 
 impl Scan {
     /// Take in complete, cleaned console lines.
@@ -1067,6 +1166,9 @@ impl Scan {
             }
             if line.contains("Kernel panic - not syncing") {
                 self.panic = true;
+            }
+            if OOPS_SIGNS.iter().any(|o| line.contains(o)) {
+                self.oops.get_or_insert_with(|| line.trim().to_string());
             }
             // OVMF falls back to its shell when no boot option worked.
             if line.contains("UEFI Interactive Shell")
@@ -1131,6 +1233,7 @@ fn run_qemu(
     fw_log: &Path,
     qemu_out: &Path,
     timeout: Duration,
+    stall: Duration,
 ) -> Result<Run, String> {
     File::create(serial).map_err(|e| format!("{}: {e}", serial.display()))?;
     let out = File::create(qemu_out).map_err(|e| format!("{}: {e}", qemu_out.display()))?;
@@ -1158,10 +1261,13 @@ fn run_qemu(
     let mut s = Scan::default();
     let mut marker_at: Option<Instant> = None;
     let mut panic_at: Option<Instant> = None;
+    let mut oops_at: Option<Instant> = None;
+    let mut last_output: Option<Duration> = None;
     let outcome = loop {
         let exited = guard.try_wait();
         // Read after try_wait: once qemu has exited, everything it wrote is in.
         if let Some(text) = console.new_lines() {
+            last_output = Some(start.elapsed());
             s.console(&text);
         }
         if let Some(text) = firmware.new_lines() {
@@ -1188,9 +1294,21 @@ fn run_qemu(
             if now - seen > PANIC_GRACE {
                 break Outcome::Panic;
             }
+        } else if let Some(line) = &s.oops {
+            let seen = *oops_at.get_or_insert(now);
+            if now - seen > OOPS_GRACE {
+                break Outcome::Oops(line.clone());
+            }
+        } else if let Some(t) = last_output {
+            if now - start > t + stall {
+                break Outcome::Stalled {
+                    last_output: t,
+                    quiet: stall,
+                };
+            }
         }
         if now - start > timeout {
-            break Outcome::Timeout;
+            break Outcome::Timeout { last_output };
         }
         std::thread::sleep(POLL);
     };

@@ -5,6 +5,7 @@
 pub mod boot;
 pub mod faults;
 pub mod scratch;
+pub mod tekton;
 #[allow(unused_imports)] // not every target uses scratch dirs
 pub use scratch::{scratch, scratch_at};
 use serde_json::Value;

@@ -31,6 +31,9 @@ pub struct Options {
     pub insecure: bool,
     /// A PEM file of CAs to trust besides the system's.
     pub ca_file: Option<PathBuf>,
+    /// A directory of `*.crt` CA files to trust besides the system's
+    /// (`--cert-dir`; `generate --push` reuses generate's).
+    pub ca_dir: Option<PathBuf>,
     /// Chunk size of blob uploads (bytes).
     pub chunk: u64,
 }
@@ -187,9 +190,10 @@ impl Client {
     pub fn connect(r: &DockerRef, o: &Options) -> Result<Client> {
         let files = auth::auth_files(o.authfile.as_deref())?;
         let creds = auth::lookup(&files, &r.registry, &r.repository)?;
-        let trust = match &o.ca_file {
-            Some(f) => http::Trust::SystemAnd(f, "--ca-file"),
-            None => http::Trust::System,
+        let trust = match (&o.ca_file, &o.ca_dir) {
+            (Some(f), _) => http::Trust::SystemAnd(f, "--ca-file"),
+            (None, Some(d)) => http::Trust::SystemAndDir(d, "--cert-dir"),
+            (None, None) => http::Trust::System,
         };
         let agent = http::agent(trust, o.insecure, Duration::from_secs(300))?;
         let mut c = Client {
@@ -215,7 +219,7 @@ impl Client {
                 })
             }
             Err(e) if format!("{e:#}").contains("TLS") => Err(e.context(format!(
-                "cannot verify registry {} (give the CA that signed its certificate with --ca-file FILE, or --insecure for a test registry)",
+                "cannot verify registry {} (give the CA that signed its certificate with --ca-file FILE or --cert-dir DIR, or --insecure for a test registry)",
                 r.registry
             ))),
             Err(e) if format!("{e:#}").to_lowercase().contains("refused") => Err(e.context(format!(
@@ -719,24 +723,36 @@ impl Client {
         Ok(digest)
     }
 
-    /// Every tag of the repository (following `Link` pages).
+    /// Every tag of the repository (following `Link` pages). Each page is
+    /// retried like any other read: the fan-in lists tags while other
+    /// pushes write, and a reset or a 5xx then must not end the push.
     pub fn tags(&self) -> Result<Vec<String>> {
         let mut url = self.url("tags/list?n=1000");
         let mut tags = Vec::new();
+        let what = format!("registry {}: tags of {}", self.host, self.repo);
         loop {
-            let mut r = self.send("GET", &url, &[], Body::Empty, true)?;
-            match r.status().as_u16() {
-                200 => {}
-                404 => return Ok(tags),
-                s => bail!(
-                    "registry {}: tags of {}: HTTP {s}: {}",
-                    self.host,
-                    self.repo,
-                    error_text(&mut r)
-                ),
-            }
-            let link = header(&r, "Link");
-            let v = json_body(&mut r, 16 << 20, "the tag list")?;
+            let page = self.retrying(&what, || {
+                let mut r = self
+                    .send("GET", &url, &[], Body::Empty, true)
+                    .map_err(Fault::Transient)?;
+                match r.status().as_u16() {
+                    200 => {}
+                    404 => return Ok(None),
+                    s if transient_status(s) => return Err(Fault::Transient(anyhow!("HTTP {s}"))),
+                    s => {
+                        return Err(Fault::Fatal(anyhow!(
+                            "{what}: HTTP {s}: {}",
+                            error_text(&mut r)
+                        )))
+                    }
+                }
+                let link = header(&r, "Link");
+                let v = json_body(&mut r, 16 << 20, "the tag list").map_err(Fault::Transient)?;
+                Ok(Some((link, v)))
+            })?;
+            let Some((link, v)) = page else {
+                return Ok(tags);
+            };
             tags.extend(
                 v["tags"]
                     .as_array()

@@ -26,6 +26,9 @@ pub struct Pulled {
     /// (directory, files) per (arch, stream).
     pub dirs: Vec<(PathBuf, Vec<String>)>,
     pub bytes: u64,
+    /// With several arches or streams: the merged stream.json (one
+    /// stream) or streams.json (several) written at the top.
+    pub merged: Option<PathBuf>,
 }
 
 fn ann<'a>(e: &'a Value, k: &str) -> &'a str {
@@ -149,6 +152,7 @@ pub fn pull(
     let arches: BTreeSet<&String> = groups.keys().map(|k| &k.0).collect();
     let streams: BTreeSet<&String> = groups.keys().map(|k| &k.1).collect();
     let mut pulled = Pulled::default();
+    let mut stream_docs: Vec<(String, PathBuf)> = Vec::new();
     for ((arch, stream), es) in &groups {
         let mut sub = PathBuf::new();
         if arches.len() > 1 {
@@ -225,6 +229,7 @@ pub fn pull(
             let mut b = serde_json::to_vec_pretty(&s)?;
             b.push(b'\n');
             crate::publish::meta::write_atomic(&dir, "stream.json", &b)?;
+            stream_docs.push((stream.clone(), dir.join("stream.json")));
         }
         // SHA256SUMS of the artifacts, as generate writes it, from the
         // digests each file was checked against (no second read).
@@ -234,5 +239,47 @@ pub fn pull(
             .dirs
             .push((dir, files.into_iter().map(|f| f.0).collect()));
     }
+    if groups.len() > 1 {
+        pulled.merged = Some(merge_streams(out, &stream_docs)?);
+    }
     Ok(pulled)
+}
+
+/// Several arches or streams pulled: one document at `out` for what an
+/// installer reads, every arch in it: `stream.json` for one stream,
+/// `streams.json` keyed by stream (as `generate --os-stream all` writes)
+/// for several. Locations as seen from `out` (or the URLs already given).
+fn merge_streams(out: &Path, docs: &[(String, PathBuf)]) -> Result<PathBuf> {
+    use crate::publish::merge::{self, Doc};
+    let mut by_stream: BTreeMap<&str, Vec<merge::Input>> = BTreeMap::new();
+    for (stream, p) in docs {
+        by_stream
+            .entry(stream.as_str())
+            .or_default()
+            .push(merge::read(p)?);
+    }
+    let mut merged: BTreeMap<String, crate::publish::stream::Stream> = BTreeMap::new();
+    for (stream, inputs) in by_stream {
+        match merge::merge(&inputs, out, None, None)
+            .with_context(|| format!("merging the pulled stream.json of stream {stream}"))?
+        {
+            Doc::One(s) => merged.insert(stream.to_string(), s),
+            Doc::Keyed(_) => bail!("stream {stream}: a pushed stream.json is a streams.json"),
+        };
+    }
+    let (name, mut b) = if merged.len() == 1 {
+        let s = merged.into_values().next().unwrap();
+        (
+            crate::publish::stream::STREAM_JSON,
+            serde_json::to_vec_pretty(&s)?,
+        )
+    } else {
+        (
+            crate::publish::stream::STREAMS_JSON,
+            serde_json::to_vec_pretty(&merged)?,
+        )
+    };
+    b.push(b'\n');
+    crate::publish::meta::write_atomic(out, name, &b)?;
+    Ok(out.join(name))
 }

@@ -263,6 +263,16 @@ fn push_file(
 
 /// Push every run under `dir` to `r` (a tag); the index at the tag then
 /// holds every entry of every run pushed there.
+/// The tag a push writes: REF must name one, and no digest.
+pub fn tag_of(r: &DockerRef) -> Result<String> {
+    if r.digest.is_some() {
+        bail!("{r}: push takes a tag, not a digest");
+    }
+    r.tag.clone().ok_or_else(|| {
+        anyhow!("{r}: push needs a tag (REPO:TAG): the index of the release lives there")
+    })
+}
+
 pub fn push(
     c: &Client,
     r: &DockerRef,
@@ -270,12 +280,7 @@ pub fn push(
     stream: Option<&str>,
     progress: &dyn Fn(&str, u64, u64),
 ) -> Result<Summary> {
-    let tag = r.tag.clone().ok_or_else(|| {
-        anyhow!("{r}: push needs a tag (REPO:TAG): the index of the release lives there")
-    })?;
-    if r.digest.is_some() {
-        bail!("{r}: push takes a tag, not a digest");
-    }
+    let tag = tag_of(r)?;
     // The tag must be free or ours before anything is sent.
     if let Some(cur) = c.get_manifest(&tag)? {
         our_entries(&cur.bytes, &format!("{}/{}:{tag}", c.host, c.repo))?;

@@ -1,0 +1,85 @@
+//! `stream merge`: several runs' stream documents into one.
+use crate::cli::StreamMergeArgs;
+use crate::publish::merge::{self, Doc};
+use crate::publish::stream::{STREAMS_JSON, STREAM_JSON};
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+/// A merge input given as a directory: its stream.json, else its
+/// streams.json.
+fn document(p: &Path) -> Result<PathBuf> {
+    if !p.is_dir() {
+        return Ok(p.to_path_buf());
+    }
+    for name in [STREAM_JSON, STREAMS_JSON] {
+        let f = p.join(name);
+        if f.is_file() {
+            return Ok(f);
+        }
+    }
+    bail!(
+        "{}: no {STREAM_JSON} or {} (is it a generate output directory?)",
+        p.display(),
+        STREAMS_JSON
+    )
+}
+
+pub fn merge(a: StreamMergeArgs) -> Result<()> {
+    let inputs = a
+        .inputs
+        .iter()
+        .map(|p| merge::read(&document(p)?))
+        .collect::<Result<Vec<_>>>()?;
+    let keyed = matches!(inputs.first().map(|i| &i.doc), Some(Doc::Keyed(_)));
+    // -o: a .json file, or a directory that gets the document's usual name.
+    let (dir, name) = if a.output.extension().is_some_and(|x| x == "json") {
+        let name = a.output.file_name().unwrap().to_string_lossy().into_owned();
+        let dir = a.output.parent().filter(|d| !d.as_os_str().is_empty());
+        (dir.unwrap_or(Path::new(".")).to_path_buf(), name)
+    } else {
+        let name = if keyed { STREAMS_JSON } else { STREAM_JSON };
+        (a.output.clone(), name.to_string())
+    };
+    let doc = merge::merge(&inputs, &dir, a.base_url.as_deref(), a.stream.as_deref())?;
+    let (mut data, said) = match &doc {
+        Doc::One(s) => (
+            serde_json::to_vec_pretty(s)?,
+            format!(
+                "stream {}: {}",
+                s.stream,
+                s.architectures
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Doc::Keyed(m) => (
+            serde_json::to_vec_pretty(m)?,
+            m.iter()
+                .map(|(k, s)| {
+                    format!(
+                        "{}: {}",
+                        if k.is_empty() { "\"\"" } else { k },
+                        s.architectures
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    data.push(b'\n');
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    crate::publish::meta::write_atomic(&dir, &name, &data)?;
+    crate::util::ui::status(format!(
+        "merged {} documents into {} ({said})",
+        inputs.len(),
+        dir.join(&name).display()
+    ));
+    Ok(())
+}

@@ -1,0 +1,483 @@
+//! `bootimage-gen stream merge`: one stream document from the runs of
+//! several machines (one per arch, or per arch and stream), as the fan-in
+//! of a CI matrix; the directory twin of `push`'s index union.
+//!
+//! Inputs are stream.json documents (one build per arch each, as
+//! `generate` writes them) or streams.json documents (`--os-stream all`:
+//! the ConfigMap's `data.streams`, stream key to stream document). The
+//! result holds every arch of every input; the same arch twice is kept
+//! once when both are equal and refused otherwise, since a stream names
+//! one build per arch (stream-metadata-go `stream.go`: `Architectures
+//! map[string]Arch`).
+//!
+//! A location relative to its input's directory is rewritten relative to
+//! the output's directory (or put under `--base-url`), so every location
+//! still names its file; URLs and absolute paths are kept.
+use super::stream::{Arch, Stream, GENERATOR};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// One document to merge: where it was read (for messages and relative
+/// locations) and what it holds.
+pub struct Input {
+    pub path: PathBuf,
+    pub doc: Doc,
+}
+
+/// A stream.json or a streams.json.
+pub enum Doc {
+    One(Stream),
+    /// Stream key (`rhel-9`, `rhel-10`, `""` for a stream without class)
+    /// to stream document, as `generate --os-stream all` writes it.
+    Keyed(BTreeMap<String, Stream>),
+}
+
+/// Read a stream.json or streams.json (told apart by shape: a stream
+/// document has `architectures`).
+pub fn read(path: &Path) -> Result<Input> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{}: not JSON", path.display()))?;
+    let doc = if v.get("architectures").is_some() {
+        Doc::One(
+            serde_json::from_value(v)
+                .with_context(|| format!("{}: not a CoreOS stream document", path.display()))?,
+        )
+    } else if v.is_object() {
+        Doc::Keyed(serde_json::from_value(v).with_context(|| {
+            format!(
+                "{}: neither a stream document (no `architectures`) nor a streams.json (stream key to stream document)",
+                path.display()
+            )
+        })?)
+    } else {
+        bail!("{}: not a stream document", path.display());
+    };
+    Ok(Input {
+        path: path.to_path_buf(),
+        doc,
+    })
+}
+
+/// Merge the inputs for an output written in `out_dir`. `name` sets the
+/// merged stream's `stream` (otherwise every input must agree on it).
+pub fn merge(
+    inputs: &[Input],
+    out_dir: &Path,
+    base_url: Option<&str>,
+    name: Option<&str>,
+) -> Result<Doc> {
+    if inputs.is_empty() {
+        bail!("nothing to merge: give the stream.json files (or generate output directories)");
+    }
+    let keyed = matches!(inputs[0].doc, Doc::Keyed(_));
+    if let Some(i) = inputs
+        .iter()
+        .find(|i| matches!(i.doc, Doc::Keyed(_)) != keyed)
+    {
+        bail!(
+            "{} and {} are different kinds (a stream.json and a streams.json): merge stream.json files together, or streams.json files together",
+            inputs[0].path.display(),
+            i.path.display()
+        );
+    }
+    if !keyed {
+        let parts: Vec<(&Path, &Stream)> = inputs
+            .iter()
+            .map(|i| match &i.doc {
+                Doc::One(s) => (i.path.as_path(), s),
+                Doc::Keyed(_) => unreachable!(),
+            })
+            .collect();
+        return Ok(Doc::One(merge_one(&parts, out_dir, base_url, name)?));
+    }
+    let mut by_key: BTreeMap<&str, Vec<(&Path, &Stream)>> = BTreeMap::new();
+    for i in inputs {
+        if let Doc::Keyed(m) = &i.doc {
+            for (k, s) in m {
+                by_key
+                    .entry(k.as_str())
+                    .or_default()
+                    .push((i.path.as_path(), s));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (k, parts) in by_key {
+        let s = merge_one(&parts, out_dir, base_url, name)
+            .with_context(|| format!("stream key {k:?}"))?;
+        out.insert(k.to_string(), s);
+    }
+    Ok(Doc::Keyed(out))
+}
+
+fn merge_one(
+    parts: &[(&Path, &Stream)],
+    out_dir: &Path,
+    base_url: Option<&str>,
+    name: Option<&str>,
+) -> Result<Stream> {
+    let stream = match name {
+        Some(n) => n.to_string(),
+        None => {
+            let first = parts[0];
+            if let Some(other) = parts.iter().find(|p| p.1.stream != first.1.stream) {
+                bail!(
+                    "{} is stream {:?} but {} is stream {:?}: give --stream NAME to merge them under one name",
+                    first.0.display(),
+                    first.1.stream,
+                    other.0.display(),
+                    other.1.stream
+                );
+            }
+            first.1.stream.clone()
+        }
+    };
+    let mut arches: BTreeMap<String, (PathBuf, Arch)> = BTreeMap::new();
+    let mut last_modified = String::new();
+    for (path, s) in parts {
+        // RFC 3339 UTC stamps of one shape compare as text.
+        if s.metadata.last_modified > last_modified {
+            last_modified = s.metadata.last_modified.clone();
+        }
+        let from = path.parent().unwrap_or(Path::new("."));
+        for (arch, a) in &s.architectures {
+            let a = relocate(a, from, out_dir, base_url)?;
+            match arches.get(arch) {
+                Some((p0, a0)) if *a0 != a => bail!(
+                    "arch {arch} is in both {} and {} with different artifacts (release {} and {}): a stream holds one build per arch; merge each arch's run once",
+                    p0.display(),
+                    path.display(),
+                    release_of(a0),
+                    release_of(&a)
+                ),
+                Some(_) => {}
+                None => {
+                    arches.insert(arch.clone(), (path.to_path_buf(), a));
+                }
+            }
+        }
+    }
+    Ok(Stream {
+        stream,
+        metadata: super::stream::Metadata {
+            last_modified,
+            generator: Some(GENERATOR.to_string()),
+        },
+        architectures: arches.into_iter().map(|(k, (_, a))| (k, a)).collect(),
+    })
+}
+
+/// `s`, read from `doc_path`, with its relative locations as seen from
+/// `out_dir` (streams.json beside the per-stream directories).
+pub fn located(s: &Stream, doc_path: &Path, out_dir: &Path) -> Result<Stream> {
+    let mut m = merge_one(&[(doc_path, s)], out_dir, None, None)?;
+    m.metadata = s.metadata.clone();
+    Ok(m)
+}
+
+fn release_of(a: &Arch) -> &str {
+    a.artifacts
+        .values()
+        .next()
+        .map(|p| p.release.as_str())
+        .unwrap_or("-")
+}
+
+/// `a` with each relative location moved from `from` to `out_dir`.
+fn relocate(a: &Arch, from: &Path, out_dir: &Path, base_url: Option<&str>) -> Result<Arch> {
+    let mut a = a.clone();
+    for p in a.artifacts.values_mut() {
+        for kinds in p.formats.values_mut() {
+            for art in kinds.values_mut() {
+                art.location = rebase(&art.location, from, out_dir, base_url)?;
+            }
+        }
+    }
+    Ok(a)
+}
+
+/// A location as seen from `out_dir` (under `base_url` when given) when
+/// it is relative to `from`; a URL or an absolute path as it is.
+pub fn rebase(loc: &str, from: &Path, out_dir: &Path, base_url: Option<&str>) -> Result<String> {
+    if loc.contains("://") || loc.starts_with('/') {
+        return Ok(loc.to_string());
+    }
+    let target = std::path::absolute(from.join(loc))
+        .with_context(|| format!("resolving {loc} under {}", from.display()))?;
+    let out =
+        std::path::absolute(out_dir).with_context(|| format!("resolving {}", out_dir.display()))?;
+    let rel = relative(&normal(&target), &normal(&out));
+    let rel = rel.to_string_lossy().into_owned();
+    Ok(match base_url {
+        Some(b) if !b.is_empty() => {
+            if rel.starts_with("../") {
+                bail!(
+                    "{loc} (in {}) lies outside the output directory {}: --base-url can only name files under it",
+                    from.display(),
+                    out_dir.display()
+                );
+            }
+            format!("{}/{rel}", b.trim_end_matches('/'))
+        }
+        _ => rel,
+    })
+}
+
+/// `p` without `.` and with `..` applied (no symlinks followed).
+fn normal(p: &Path) -> PathBuf {
+    let mut v = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                v.pop();
+            }
+            c => v.push(c),
+        }
+    }
+    v
+}
+
+/// `target` relative to the directory `base` (both absolute, normal).
+fn relative(target: &Path, base: &Path) -> PathBuf {
+    let t: Vec<_> = target.components().collect();
+    let b: Vec<_> = base.components().collect();
+    let common = t.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut r = PathBuf::new();
+    for _ in common..b.len() {
+        r.push("..");
+    }
+    for c in &t[common..] {
+        r.push(c);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::stream::{Artifact, Metadata, PlatformArtifacts};
+
+    fn stream(name: &str, arch: &str, loc: &str, release: &str, stamp: &str) -> Stream {
+        let art = Artifact {
+            location: loc.into(),
+            signature: None,
+            sha256: "a".repeat(64),
+            uncompressed_sha256: None,
+        };
+        Stream {
+            stream: name.into(),
+            metadata: Metadata {
+                last_modified: stamp.into(),
+                generator: None,
+            },
+            architectures: BTreeMap::from([(
+                arch.to_string(),
+                Arch {
+                    artifacts: BTreeMap::from([(
+                        "metal".to_string(),
+                        PlatformArtifacts {
+                            release: release.into(),
+                            formats: BTreeMap::from([(
+                                "raw.gz".to_string(),
+                                BTreeMap::from([("disk".to_string(), art)]),
+                            )]),
+                        },
+                    )]),
+                    images: None,
+                    rhel_coreos_extensions: None,
+                },
+            )]),
+        }
+    }
+
+    fn one(path: &str, s: Stream) -> Input {
+        Input {
+            path: PathBuf::from(path),
+            doc: Doc::One(s),
+        }
+    }
+
+    fn loc(s: &Stream, arch: &str) -> String {
+        s.architectures[arch].artifacts["metal"].formats["raw.gz"]["disk"]
+            .location
+            .clone()
+    }
+
+    #[test]
+    fn arches_join_and_locations_follow_the_output() {
+        let d = merge(
+            &[
+                one(
+                    "/w/x86/stream.json",
+                    stream(
+                        "s",
+                        "x86_64",
+                        "m.x86_64.raw.gz",
+                        "1",
+                        "2026-01-01T00:00:00Z",
+                    ),
+                ),
+                one(
+                    "/w/arm/stream.json",
+                    stream(
+                        "s",
+                        "aarch64",
+                        "m.aarch64.raw.gz",
+                        "1",
+                        "2026-01-02T00:00:00Z",
+                    ),
+                ),
+                one(
+                    "/w/p/stream.json",
+                    stream(
+                        "s",
+                        "ppc64le",
+                        "https://h/p.raw.gz",
+                        "1",
+                        "2025-01-01T00:00:00Z",
+                    ),
+                ),
+            ],
+            Path::new("/w"),
+            None,
+            None,
+        )
+        .unwrap();
+        let Doc::One(s) = d else { panic!() };
+        assert_eq!(s.architectures.len(), 3);
+        assert_eq!(loc(&s, "x86_64"), "x86/m.x86_64.raw.gz");
+        assert_eq!(loc(&s, "aarch64"), "arm/m.aarch64.raw.gz");
+        assert_eq!(loc(&s, "ppc64le"), "https://h/p.raw.gz");
+        assert_eq!(s.metadata.last_modified, "2026-01-02T00:00:00Z");
+        assert_eq!(s.metadata.generator.as_deref(), Some(GENERATOR));
+        // An output beside the inputs: `..`; under a base URL: the URL.
+        let d = merge(
+            &[one(
+                "/w/x86/stream.json",
+                stream("s", "x86_64", "m.raw.gz", "1", "t"),
+            )],
+            Path::new("/w/all"),
+            None,
+            None,
+        )
+        .unwrap();
+        let Doc::One(s) = d else { panic!() };
+        assert_eq!(loc(&s, "x86_64"), "../x86/m.raw.gz");
+        let d = merge(
+            &[one(
+                "/w/x86/stream.json",
+                stream("s", "x86_64", "m.raw.gz", "1", "t"),
+            )],
+            Path::new("/w"),
+            Some("http://mirror/rhcos/"),
+            None,
+        )
+        .unwrap();
+        let Doc::One(s) = d else { panic!() };
+        assert_eq!(loc(&s, "x86_64"), "http://mirror/rhcos/x86/m.raw.gz");
+    }
+
+    #[test]
+    fn conflicts_and_mixtures_are_named() {
+        let a = one(
+            "/w/a/stream.json",
+            stream("s", "x86_64", "m.raw.gz", "1", "t"),
+        );
+        let b = one(
+            "/w/b/stream.json",
+            stream("s", "x86_64", "m.raw.gz", "2", "t"),
+        );
+        let e = format!(
+            "{:#}",
+            merge(&[a, b], Path::new("/w/a"), None, None).err().unwrap()
+        );
+        assert!(
+            e.contains("arch x86_64 is in both /w/a/stream.json and /w/b/stream.json"),
+            "{e}"
+        );
+        assert!(e.contains("release 1 and 2"), "{e}");
+        // The same build twice is one.
+        let a = one(
+            "/w/a/stream.json",
+            stream("s", "x86_64", "m.raw.gz", "1", "t"),
+        );
+        let a2 = one(
+            "/w/a/stream.json",
+            stream("s", "x86_64", "m.raw.gz", "1", "t"),
+        );
+        assert!(merge(&[a, a2], Path::new("/w"), None, None).is_ok());
+        let a = one(
+            "/w/a/stream.json",
+            stream("s9", "x86_64", "m.raw.gz", "1", "t"),
+        );
+        let b = one(
+            "/w/b/stream.json",
+            stream("s10", "aarch64", "m.raw.gz", "1", "t"),
+        );
+        let e = format!(
+            "{:#}",
+            merge(&[a, b], Path::new("/w"), None, None).err().unwrap()
+        );
+        assert!(e.contains("give --stream NAME"), "{e}");
+        let a = one(
+            "/w/a/stream.json",
+            stream("s9", "x86_64", "m.raw.gz", "1", "t"),
+        );
+        let k = Input {
+            path: "/w/b/streams.json".into(),
+            doc: Doc::Keyed(BTreeMap::new()),
+        };
+        let e = format!(
+            "{:#}",
+            merge(&[a, k], Path::new("/w"), None, None).err().unwrap()
+        );
+        assert!(e.contains("different kinds"), "{e}");
+        // A base URL cannot name a file outside the output directory.
+        let a = one(
+            "/w/a/stream.json",
+            stream("s", "x86_64", "m.raw.gz", "1", "t"),
+        );
+        let e = format!(
+            "{:#}",
+            merge(&[a], Path::new("/w/b"), Some("http://m"), None)
+                .err()
+                .unwrap()
+        );
+        assert!(e.contains("outside the output directory"), "{e}");
+    }
+
+    #[test]
+    fn keyed_documents_merge_per_key() {
+        let k = |p: &str, arch: &str| Input {
+            path: PathBuf::from(p),
+            doc: Doc::Keyed(BTreeMap::from([
+                (
+                    "rhel-9".to_string(),
+                    stream("r9", arch, "rhel-9/m.raw.gz", "9", "t"),
+                ),
+                (
+                    "rhel-10".to_string(),
+                    stream("r10", arch, "rhel-10/m.raw.gz", "10", "t"),
+                ),
+            ])),
+        };
+        let d = merge(
+            &[
+                k("/w/x/streams.json", "x86_64"),
+                k("/w/a/streams.json", "aarch64"),
+            ],
+            Path::new("/w"),
+            None,
+            None,
+        )
+        .unwrap();
+        let Doc::Keyed(m) = d else { panic!() };
+        assert_eq!(m.len(), 2);
+        assert_eq!(m["rhel-10"].stream, "r10");
+        assert_eq!(loc(&m["rhel-10"], "aarch64"), "a/rhel-10/m.raw.gz");
+        assert_eq!(loc(&m["rhel-9"], "x86_64"), "x/rhel-9/m.raw.gz");
+    }
+}
