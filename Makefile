@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench bench-deploy bench-vsphere image install fuzz chaos
+.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench bench-deploy bench-vsphere bench-registry image install fuzz chaos
 
 all: build
 
@@ -36,6 +36,7 @@ bench: build
 	if grep -q release_faithful "$$fx/fixture.json"; then \
 	  $(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy; fi
 	$(MAKE) bench-vsphere
+	$(MAKE) bench-registry
 
 # Issue 28's before/after alone: import + deploy of the large faithful OS by
 # this host's ostree, then by the OS's own tools (root: the faithful OS).
@@ -47,6 +48,11 @@ bench-deploy: build
 # simulator (tests/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).
 bench-vsphere: deps
 	$(CARGO) test --release --features privileged --test vsphere -- --ignored bench_upload_vs_curl --nocapture
+
+# Push throughput against skopeo copy of the same image to the same
+# registry (tests/registry.rs, docker-registry with TLS and htpasswd).
+bench-registry: deps
+	$(CARGO) test --release --features privileged --test registry -- --ignored bench_push_vs_skopeo_copy --nocapture
 
 # The tool's container image (containerfiles/): the binary just built and
 # every tool it runs, on a Debian 12 base made by mmdebstrap (no container

@@ -8,7 +8,8 @@ cores, and end with a table of each target's wall time and the whole run's.
 Why not plain `cargo test`: it runs one target after another, and most of a
 TCG boot or a qemu-img check is one core, so the second core idles for most
 of the suite. Here each target is a job, started longest first (times
-learned from earlier runs and kept in the cache, or the defaults below),
+learned from earlier runs and kept in the cache root (scripts/cache-root.sh),
+or the defaults below),
 under three rules:
 
 - cores: each job's CPU use (CPU seconds over wall seconds, itself and the
@@ -91,6 +92,16 @@ DEFAULT_SECS = {
 DEFAULT_CPU = {
     "container": 1.0,
 }
+
+
+def cache_root():
+    """scripts/cache-root.sh's root: the learned times live with the other
+    caches outside the clone, so a fresh clone orders its jobs by them."""
+    out = subprocess.run(["bash", "-c", '. "$1" && bootimage_cache_root', "sh",
+                          os.path.join(TOP, "scripts", "cache-root.sh")],
+                         capture_output=True, text=True)
+    root = out.stdout.strip()
+    return root if out.returncode == 0 and root else os.path.join(TOP, ".cache")
 
 
 def say(msg):
@@ -284,7 +295,7 @@ def main():
     a = ap.parse_args()
     margin = int(os.environ.get("SUITE_DISK_MARGIN_MIB", "2048"))
     heartbeat = int(os.environ.get("SUITE_HEARTBEAT", "300"))
-    times_path = os.environ.get("SUITE_TIMES", os.path.join(TOP, ".cache", "suite-times.json"))
+    times_path = os.environ.get("SUITE_TIMES", os.path.join(cache_root(), "suite-times.json"))
     learned = load_times(times_path)
     t_all = time.monotonic()
     phases = []
