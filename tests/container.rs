@@ -459,6 +459,61 @@ fn tekton_pipeline_simulated_in_podman_with_the_tools_image() {
             .unwrap();
         assert!(o.status.success(), "{stream}: {}", stdout(&o));
     }
+    // The same stream as one run on one machine: `generate --os-stream all`
+    // of the same payload and flags on this host gives the same streams,
+    // arches, platforms, formats, files and releases.
+    let one = fresh("tekton-one-machine");
+    let o = run(
+        &one.join("cache"),
+        &[
+            "generate",
+            &oci("release-ocp5"),
+            "metal",
+            "--compress",
+            "zstd",
+            "--no-ostree-archive",
+            "--os-stream",
+            "all",
+            "-o",
+            one.join("out").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // (Read as JSON: the coreos-stream-metadata crate, which read the
+    // site's streams.json above, does not keep `release`.)
+    let shape = |v: &Value| {
+        let mut rows = Vec::new();
+        for (k, s) in v.as_object().unwrap() {
+            for (arch, a) in s["architectures"].as_object().unwrap() {
+                for (plat, p) in a["artifacts"].as_object().unwrap() {
+                    for (fmt, f) in p["formats"].as_object().unwrap() {
+                        for (kind, art) in f.as_object().unwrap() {
+                            let loc = art["location"].as_str().unwrap();
+                            let file = loc.rsplit('/').next().unwrap();
+                            let rel = p["release"].as_str().unwrap();
+                            rows.push(format!("{k} {arch} {plat} {fmt} {kind} {file} {rel}"));
+                        }
+                    }
+                }
+            }
+        }
+        rows.sort();
+        rows
+    };
+    let all: Value =
+        serde_json::from_slice(&std::fs::read(site.join("streams.json")).unwrap()).unwrap();
+    let alone: Value =
+        serde_json::from_slice(&std::fs::read(one.join("out/streams.json")).unwrap()).unwrap();
+    let (a, b) = (shape(&all), shape(&alone));
+    assert!(!a.is_empty());
+    assert_eq!(
+        a, b,
+        "the simulation's streams.json and one machine's differ"
+    );
+    eprintln!(
+        "tekton simulation: the same {} artifacts as one run on one machine: {a:#?}",
+        a.len()
+    );
 }
 
 #[test]

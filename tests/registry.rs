@@ -160,6 +160,27 @@ fn push_then_pull_round_trip_read_by_skopeo_and_stream_metadata() {
             .arg(format!("docker://{image}"))
             .arg(format!("oci:{}:disk", od.path().display())),
     );
+    // The real ORAS CLI pulls every entry back (each file, meta.json and
+    // stream.json), byte-identical.
+    let mut written: std::collections::BTreeMap<String, (String, PathBuf)> = images
+        .values()
+        .map(|i| {
+            let f = i["path"].as_str().unwrap().to_string();
+            (
+                f.clone(),
+                (i["sha256"].as_str().unwrap().to_string(), b.out.join(&f)),
+            )
+        })
+        .collect();
+    for doc in ["meta.json", "stream.json"] {
+        let p = b.out.join(doc);
+        written.insert(doc.into(), (sha256_file(&p), p));
+    }
+    let od2 = tempfile::tempdir().unwrap();
+    let n = oras_pulls_each_back(&reg, entries, &written, od2.path(), |_| true);
+    assert_eq!(n, entries.len());
+    assert_eq!(n, written.len());
+    eprintln!("oras pulled {n} artifacts back, each byte-identical");
     // Pushed again: nothing is sent twice.
     let o2 = push(&reg, &b.out, "4.18.0", &[]);
     assert!(o2.status.success(), "{}", stderr(&o2));
@@ -307,55 +328,13 @@ fn generate_push_of_two_arches_into_one_ref_oras_reads_each_back() {
         "one OS stream key for both arches: {parts:?}"
     );
     // The real ORAS CLI: every artifact back, byte for byte.
-    let oras = must(&mut Command::new(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/oras.sh"),
-    ));
-    let ca = reg.cert_dir().join("ca.crt").display().to_string();
-    let mut checked = 0;
-    for (i, e) in entries.iter().enumerate() {
-        if !matches!(
+    let skip_docs = |e: &Value| {
+        matches!(
             e["annotations"]["io.bootimage-gen.platform"].as_str(),
             Some(p) if p != "meta" && p != "stream"
-        ) {
-            continue;
-        }
-        let into = root.join(format!("oras/{i}"));
-        std::fs::create_dir_all(&into).unwrap();
-        must(
-            Command::new(&oras)
-                .args([
-                    "pull",
-                    "--ca-file",
-                    ca.as_str(),
-                    "-u",
-                    "tester",
-                    "-p",
-                    "s3cret",
-                    "-o",
-                ])
-                .arg(&into)
-                .arg(format!(
-                    "{}/ocp/bootimages@{}",
-                    reg.host(),
-                    e["digest"].as_str().unwrap()
-                ))
-                .env("HOME", &root),
-        );
-        let got: Vec<_> = std::fs::read_dir(&into)
-            .unwrap()
-            .map(|d| d.unwrap().path())
-            .collect();
-        assert_eq!(got.len(), 1, "{got:?}");
-        let name = got[0].file_name().unwrap().to_string_lossy().into_owned();
-        let (sha, orig) = written
-            .get(&name)
-            .unwrap_or_else(|| panic!("oras named it {name}"));
-        let h = must(Command::new("sha256sum").arg(&got[0]));
-        assert!(h.starts_with(sha.as_str()), "{name}: {h} vs {sha}");
-        must(Command::new("cmp").arg(&got[0]).arg(orig));
-        std::fs::remove_dir_all(&into).unwrap();
-        checked += 1;
-    }
+        )
+    };
+    let checked = oras_pulls_each_back(&reg, entries, &written, &root, skip_docs);
     assert_eq!(
         checked,
         written.len(),
@@ -393,6 +372,63 @@ fn generate_push_of_two_arches_into_one_ref_oras_reads_each_back() {
         sh_ok("sha256sum -c --quiet SHA256SUMS", &back.join(arch));
     }
     assert_eq!(located, 2);
+}
+
+/// The real ORAS CLI (Debian forky's, tests/tools/oras.sh) pulls each
+/// index entry `want` picks into a directory of its own; the one file it
+/// writes must be named as a file of `written` (name: its sha256 and the
+/// file generate wrote) and be byte-identical to it. How many it checked.
+fn oras_pulls_each_back(
+    reg: &Registry,
+    entries: &[Value],
+    written: &std::collections::BTreeMap<String, (String, PathBuf)>,
+    scratch_dir: &Path,
+    want: impl Fn(&Value) -> bool,
+) -> usize {
+    let oras = must(&mut Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/oras.sh"),
+    ));
+    let ca = reg.cert_dir().join("ca.crt").display().to_string();
+    let mut checked = 0;
+    for (i, e) in entries.iter().enumerate().filter(|(_, e)| want(e)) {
+        let into = scratch_dir.join(format!("oras/{i}"));
+        std::fs::create_dir_all(&into).unwrap();
+        must(
+            Command::new(&oras)
+                .args([
+                    "pull",
+                    "--ca-file",
+                    ca.as_str(),
+                    "-u",
+                    "tester",
+                    "-p",
+                    "s3cret",
+                    "-o",
+                ])
+                .arg(&into)
+                .arg(format!(
+                    "{}/ocp/bootimages@{}",
+                    reg.host(),
+                    e["digest"].as_str().unwrap()
+                ))
+                .env("HOME", scratch_dir),
+        );
+        let got: Vec<_> = std::fs::read_dir(&into)
+            .unwrap()
+            .map(|d| d.unwrap().path())
+            .collect();
+        assert_eq!(got.len(), 1, "{got:?}");
+        let name = got[0].file_name().unwrap().to_string_lossy().into_owned();
+        let (sha, orig) = written
+            .get(&name)
+            .unwrap_or_else(|| panic!("oras named it {name}"));
+        let h = must(Command::new("sha256sum").arg(&got[0]));
+        assert!(h.starts_with(sha.as_str()), "{name}: {h} vs {sha}");
+        must(Command::new("cmp").arg(&got[0]).arg(orig));
+        std::fs::remove_dir_all(&into).unwrap();
+        checked += 1;
+    }
+    checked
 }
 
 fn sh_ok(script: &str, dir: &Path) {
@@ -615,6 +651,28 @@ fn pull_recovers_from_resets_and_bad_inputs_say_one_line() {
         !Path::new(go).exists(),
         "generate wrote {go} before failing"
     );
+    // A registry that takes images only: every artifact manifest refused
+    // (through a proxy to the plain registry, whose blobs the first push
+    // put there): the registry named, the fix said.
+    let picky = FaultProxy::start(plain.port, "-", Fault::RejectManifests, 0);
+    let e = one_error(
+        &tool(
+            &[
+                "push",
+                dir,
+                &format!("{}/ocp/bootimages:picky", picky.host()),
+                "--insecure",
+            ],
+            &[],
+        ),
+        "does not take OCI artifacts",
+    );
+    assert!(
+        e.contains(&picky.host()) && e.contains("MANIFEST_INVALID"),
+        "{e}"
+    );
+    assert!(e.contains("OCI distribution spec 1.1"), "{e}");
+    drop(picky);
     // A tag that holds something else.
     reg.push(&oci("release"), "ocp/bootimages:not-ours");
     one_error(

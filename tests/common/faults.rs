@@ -19,6 +19,9 @@ pub enum Fault {
     TooMany(u64),
     /// Headers and half the body, then nothing (the connection stays open).
     Stall,
+    /// Every manifest PUT refused as a registry that takes images only
+    /// answers an OCI artifact: 400 MANIFEST_INVALID (`blob` unused).
+    RejectManifests,
 }
 
 pub struct FaultProxy {
@@ -128,6 +131,18 @@ fn serve(
     };
     let text = String::from_utf8_lossy(&head).into_owned();
     let first = text.lines().next().unwrap_or("").to_string();
+    if matches!(fault, Fault::RejectManifests)
+        && first.starts_with("PUT ")
+        && first.contains("/manifests/")
+    {
+        let body = r#"{"errors":[{"code":"MANIFEST_INVALID","message":"manifest invalid","detail":"unsupported manifest media type and/or artifactType"}]}"#;
+        let _ = write!(
+            c,
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
     let is_blob = first.starts_with("GET ") && first.contains(blob);
     let faulted = is_blob
         && left

@@ -422,11 +422,16 @@ rm -f server.csr ext.cnf ca.srl
         let (u, _) = self.user.clone().unwrap_or_default();
         let tok = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{password}"));
         let p = self.dir.path().join(format!("auth-{password}.json"));
+        // Written to a file of its own, then renamed: tests that push from
+        // two threads at once each ask for it, and a reader must never see
+        // the other's half-written file (the race test once read it empty).
+        let tmp = tempfile::NamedTempFile::new_in(self.dir.path()).unwrap();
         std::fs::write(
-            &p,
+            tmp.path(),
             format!(r#"{{"auths":{{"{}":{{"auth":"{tok}"}}}}}}"#, self.host()),
         )
         .unwrap();
+        tmp.persist(&p).unwrap();
         p
     }
 

@@ -712,11 +712,25 @@ impl Client {
                 match r.status().as_u16() {
                     201 | 200 | 204 => Ok(()),
                     s if transient_status(s) => Err(Fault::Transient(anyhow!("HTTP {s}"))),
-                    s => Err(Fault::Fatal(anyhow!(
-                        "registry {} refused the manifest {reference} ({media_type}): HTTP {s}: {}",
-                        self.host,
-                        error_text(&mut r)
-                    ))),
+                    s => {
+                        let why = error_text(&mut r);
+                        // A registry that takes images only: the manifest
+                        // (artifactType, a non-image layer) is what it
+                        // refuses, not its bytes; say what would take it.
+                        let fix = if matches!(s, 400 | 415)
+                            && (why.contains("MANIFEST_INVALID")
+                                || why.contains("UNSUPPORTED")
+                                || why.to_lowercase().contains("media type"))
+                        {
+                            ": it does not take OCI artifacts (a manifest with an artifactType and a disk image as its layer); push to a registry that implements the OCI distribution spec 1.1 (docker-registry/distribution 2.8 and later, Quay, Harbor, Zot do)"
+                        } else {
+                            ""
+                        };
+                        Err(Fault::Fatal(anyhow!(
+                            "registry {} refused the manifest {reference} ({media_type}): HTTP {s}: {why}{fix}",
+                            self.host
+                        )))
+                    }
                 }
             },
         )?;
