@@ -616,35 +616,16 @@ fn pull_recovers_from_resets_and_bad_inputs_say_one_line() {
     let gen_out = tempfile::tempdir().unwrap();
     let go = gen_out.path().join("o");
     let go = go.to_str().unwrap();
-    let e = one_error(
-        &tool(
-            &[
-                "generate",
-                &oci("release"),
-                "metal",
-                "-o",
-                go,
-                "--push",
-                &gone,
-            ],
+    let gen_push = |to: &str| {
+        tool(
+            &["generate", &oci("release"), "metal", "-o", go, "--push", to],
             &[],
-        ),
-        "--push",
-    );
+        )
+    };
+    let e = one_error(&gen_push(&gone), "--push");
     assert!(e.contains("is it running"), "{e}");
     one_error(
-        &tool(
-            &[
-                "generate",
-                &oci("release"),
-                "metal",
-                "-o",
-                go,
-                "--push",
-                &format!("{}/ocp/x@sha256:{}", reg.host(), "0".repeat(64)),
-            ],
-            &[],
-        ),
+        &gen_push(&format!("{}/ocp/x@sha256:{}", reg.host(), "0".repeat(64))),
         "push takes a tag, not a digest",
     );
     assert!(

@@ -380,72 +380,45 @@ mod tests {
         assert_eq!(loc(&s, "x86_64"), "http://mirror/rhcos/x86/m.raw.gz");
     }
 
+    /// The error of merging `inputs` for `out`.
+    fn refusal(inputs: &[Input], out: &str, base: Option<&str>) -> String {
+        format!(
+            "{:#}",
+            merge(inputs, Path::new(out), base, None).err().unwrap()
+        )
+    }
+
     #[test]
     fn conflicts_and_mixtures_are_named() {
-        let a = one(
-            "/w/a/stream.json",
-            stream("s", "x86_64", "m.raw.gz", "1", "t"),
-        );
-        let b = one(
-            "/w/b/stream.json",
-            stream("s", "x86_64", "m.raw.gz", "2", "t"),
-        );
-        let e = format!(
-            "{:#}",
-            merge(&[a, b], Path::new("/w/a"), None, None).err().unwrap()
-        );
+        let x86 = |dir: &str, name: &str, release: &str| {
+            one(
+                &format!("/w/{dir}/stream.json"),
+                stream(name, "x86_64", "m.raw.gz", release, "t"),
+            )
+        };
+        let e = refusal(&[x86("a", "s", "1"), x86("b", "s", "2")], "/w/a", None);
         assert!(
             e.contains("arch x86_64 is in both /w/a/stream.json and /w/b/stream.json"),
             "{e}"
         );
         assert!(e.contains("release 1 and 2"), "{e}");
         // The same build twice is one.
-        let a = one(
-            "/w/a/stream.json",
-            stream("s", "x86_64", "m.raw.gz", "1", "t"),
-        );
-        let a2 = one(
-            "/w/a/stream.json",
-            stream("s", "x86_64", "m.raw.gz", "1", "t"),
-        );
-        assert!(merge(&[a, a2], Path::new("/w"), None, None).is_ok());
-        let a = one(
-            "/w/a/stream.json",
-            stream("s9", "x86_64", "m.raw.gz", "1", "t"),
-        );
-        let b = one(
+        let same = [x86("a", "s", "1"), x86("a", "s", "1")];
+        assert!(merge(&same, Path::new("/w"), None, None).is_ok());
+        let arm = one(
             "/w/b/stream.json",
             stream("s10", "aarch64", "m.raw.gz", "1", "t"),
         );
-        let e = format!(
-            "{:#}",
-            merge(&[a, b], Path::new("/w"), None, None).err().unwrap()
-        );
+        let e = refusal(&[x86("a", "s9", "1"), arm], "/w", None);
         assert!(e.contains("give --stream NAME"), "{e}");
-        let a = one(
-            "/w/a/stream.json",
-            stream("s9", "x86_64", "m.raw.gz", "1", "t"),
-        );
         let k = Input {
             path: "/w/b/streams.json".into(),
             doc: Doc::Keyed(BTreeMap::new()),
         };
-        let e = format!(
-            "{:#}",
-            merge(&[a, k], Path::new("/w"), None, None).err().unwrap()
-        );
+        let e = refusal(&[x86("a", "s9", "1"), k], "/w", None);
         assert!(e.contains("different kinds"), "{e}");
         // A base URL cannot name a file outside the output directory.
-        let a = one(
-            "/w/a/stream.json",
-            stream("s", "x86_64", "m.raw.gz", "1", "t"),
-        );
-        let e = format!(
-            "{:#}",
-            merge(&[a], Path::new("/w/b"), Some("http://m"), None)
-                .err()
-                .unwrap()
-        );
+        let e = refusal(&[x86("a", "s", "1")], "/w/b", Some("http://m"));
         assert!(e.contains("outside the output directory"), "{e}");
     }
 
