@@ -303,16 +303,11 @@ fn tekton_pipeline_simulated_in_podman_with_the_tools_image() {
     let gen_task = tekton::doc("tekton/task-generate.yaml", "Task");
     let pub_task = tekton::doc("tekton/task-publish.yaml", "Task");
     let r = format!("{}/ocp/bootimages:5.0", reg.host());
+    // The cells' platforms and flags, and the one-machine run's below.
+    const BUILD: [&str; 4] = ["metal", "--compress", "zstd", "--no-ostree-archive"];
     let given: tekton::Params = [
         ("release", P::S("oci:/release/oci:release-ocp5".into())),
-        (
-            "platforms",
-            P::A(
-                ["metal", "--compress", "zstd", "--no-ostree-archive"]
-                    .map(String::from)
-                    .to_vec(),
-            ),
-        ),
+        ("platforms", P::A(BUILD.map(String::from).to_vec())),
         ("arches", P::A(vec!["x86_64".into()])),
         ("os-streams", P::A(vec!["rhel-9".into(), "rhel-10".into()])),
         ("mode", P::S("loopback".into())),
@@ -463,21 +458,12 @@ fn tekton_pipeline_simulated_in_podman_with_the_tools_image() {
     // of the same payload and flags on this host gives the same streams,
     // arches, platforms, formats, files and releases.
     let one = fresh("tekton-one-machine");
-    let o = run(
-        &one.join("cache"),
-        &[
-            "generate",
-            &oci("release-ocp5"),
-            "metal",
-            "--compress",
-            "zstd",
-            "--no-ostree-archive",
-            "--os-stream",
-            "all",
-            "-o",
-            one.join("out").to_str().unwrap(),
-        ],
-    );
+    let release = oci("release-ocp5");
+    let out_dir = one.join("out");
+    let mut args = vec!["generate", release.as_str()];
+    args.extend(BUILD);
+    args.extend(["--os-stream", "all", "-o", out_dir.to_str().unwrap()]);
+    let o = run(&one.join("cache"), &args);
     assert!(o.status.success(), "{}", stderr(&o));
     // (Read as JSON: the coreos-stream-metadata crate, which read the
     // site's streams.json above, does not keep `release`.)

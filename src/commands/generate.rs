@@ -14,9 +14,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let push = match (&a.push, a.dry_run) {
         (Some(r), false) => Some(super::registry::generate_target(r, &a.input)?),
         (Some(r), true) => {
-            let d = super::registry::reference(r)
-                .and_then(|d| crate::publish::registry::push::tag_of(&d))
-                .map_err(|e| e.context(format!("--push {r}")))?;
+            let (_, d) =
+                super::registry::push_reference(r).map_err(|e| e.context(format!("--push {r}")))?;
             crate::util::ui::status(format!("--dry-run: would push the output to {r} (tag {d})"));
             None
         }
@@ -59,7 +58,7 @@ fn run_all_streams(a: GenerateArgs) -> Result<()> {
     let mut streams = serde_json::Map::new();
     for i in &picks {
         let f = &found[*i];
-        let dir = f.stream_class.clone().unwrap_or_else(|| f.tag.clone());
+        let dir = osimages::stream_key(f.stream_class.as_deref(), &f.tag);
         crate::util::ui::status(format!(
             "--os-stream all: stream {} (release tag {}) into {}",
             f.stream_class.as_deref().unwrap_or("(none)"),

@@ -72,10 +72,17 @@ pub struct PushTarget {
     c: client::Client,
 }
 
+/// A push REF parsed, with its tag (a digest or a bare repository is
+/// refused).
+pub fn push_reference(reference_text: &str) -> Result<(DockerRef, String)> {
+    let r = reference(reference_text)?;
+    let tag = ps::tag_of(&r)?;
+    Ok((r, tag))
+}
+
 impl PushTarget {
     pub fn connect(reference_text: &str, o: &client::Options) -> Result<Self> {
-        let r = reference(reference_text)?;
-        ps::tag_of(&r)?;
+        let (r, _) = push_reference(reference_text)?;
         let c = client::Client::connect(&r, o)?;
         Ok(PushTarget { r, c })
     }

@@ -41,33 +41,22 @@ pub fn merge(a: StreamMergeArgs) -> Result<()> {
         (a.output.clone(), name.to_string())
     };
     let doc = merge::merge(&inputs, &dir, a.base_url.as_deref(), a.stream.as_deref())?;
+    let arches = |s: &crate::publish::stream::Stream| {
+        s.architectures
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let (mut data, said) = match &doc {
         Doc::One(s) => (
             serde_json::to_vec_pretty(s)?,
-            format!(
-                "stream {}: {}",
-                s.stream,
-                s.architectures
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            format!("stream {}: {}", s.stream, arches(s)),
         ),
         Doc::Keyed(m) => (
             serde_json::to_vec_pretty(m)?,
             m.iter()
-                .map(|(k, s)| {
-                    format!(
-                        "{}: {}",
-                        if k.is_empty() { "\"\"" } else { k },
-                        s.architectures
-                            .keys()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })
+                .map(|(k, s)| format!("{}: {}", if k.is_empty() { "\"\"" } else { k }, arches(s)))
                 .collect::<Vec<_>>()
                 .join("; "),
         ),

@@ -21,10 +21,8 @@ use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
 use build::{Base, Builder};
 
-/// What a run built from: its OS stream key, the OS image's stream class
-/// (`rhel-9`, `rhel-10`), else its release tag (OKD's `stream-coreos`):
-/// the name `--os-stream all` gives the stream's directory and `push`
-/// gives its part of an index.
+/// What a run built from: its OS stream key
+/// ([`crate::release::osimages::stream_key`]).
 #[derive(Debug, Clone)]
 pub struct Ran {
     pub os_stream: String,
@@ -58,8 +56,10 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     let reporter = Reporter::new(s.progress);
     let loaded = resolve_and_import(s)?;
     let ran = Ran {
-        os_stream: (loaded.resolved.os_stream_class.clone())
-            .unwrap_or_else(|| loaded.resolved.os_tag.clone()),
+        os_stream: crate::release::osimages::stream_key(
+            loaded.resolved.os_stream_class.as_deref(),
+            &loaded.resolved.os_tag,
+        ),
     };
     let dry = dry_plan(s, &loaded, chosen, &reporter)?;
     if s.dry_run {

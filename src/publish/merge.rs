@@ -172,8 +172,11 @@ fn merge_one(
 /// `s`, read from `doc_path`, with its relative locations as seen from
 /// `out_dir` (streams.json beside the per-stream directories).
 pub fn located(s: &Stream, doc_path: &Path, out_dir: &Path) -> Result<Stream> {
-    let mut m = merge_one(&[(doc_path, s)], out_dir, None, None)?;
-    m.metadata = s.metadata.clone();
+    let from = doc_path.parent().unwrap_or(Path::new("."));
+    let mut m = s.clone();
+    for a in m.architectures.values_mut() {
+        *a = relocate(a, from, out_dir, None)?;
+    }
     Ok(m)
 }
 

@@ -125,6 +125,13 @@ pub struct Found {
     pub note: String,
 }
 
+/// The key of an OS stream: its class (`rhel-9`, `rhel-10`), else its
+/// release tag (OKD's `stream-coreos`). `--os-stream all` names the
+/// stream's directory with it, and `push` the stream's part of an index.
+pub fn stream_key(class: Option<&str>, tag: &str) -> String {
+    class.unwrap_or(tag).to_string()
+}
+
 impl Found {
     /// Classify the image under `tag` from its labels (`Err`: it could not
     /// be opened, with the reason).

@@ -152,7 +152,8 @@ pub fn pull(
     let arches: BTreeSet<&String> = groups.keys().map(|k| &k.0).collect();
     let streams: BTreeSet<&String> = groups.keys().map(|k| &k.1).collect();
     let mut pulled = Pulled::default();
-    let mut stream_docs: Vec<(String, PathBuf)> = Vec::new();
+    // Each group's stream.json as written, for the merged document.
+    let mut stream_docs: Vec<(String, crate::publish::merge::Input)> = Vec::new();
     for ((arch, stream), es) in &groups {
         let mut sub = PathBuf::new();
         if arches.len() > 1 {
@@ -229,7 +230,16 @@ pub fn pull(
             let mut b = serde_json::to_vec_pretty(&s)?;
             b.push(b'\n');
             crate::publish::meta::write_atomic(&dir, "stream.json", &b)?;
-            stream_docs.push((stream.clone(), dir.join("stream.json")));
+            let path = dir.join("stream.json");
+            let doc = serde_json::from_value(s)
+                .with_context(|| format!("{}: not a CoreOS stream document", path.display()))?;
+            stream_docs.push((
+                stream.clone(),
+                crate::publish::merge::Input {
+                    path,
+                    doc: crate::publish::merge::Doc::One(doc),
+                },
+            ));
         }
         // SHA256SUMS of the artifacts, as generate writes it, from the
         // digests each file was checked against (no second read).
@@ -240,7 +250,7 @@ pub fn pull(
             .push((dir, files.into_iter().map(|f| f.0).collect()));
     }
     if groups.len() > 1 {
-        pulled.merged = Some(merge_streams(out, &stream_docs)?);
+        pulled.merged = Some(merge_streams(out, stream_docs)?);
     }
     Ok(pulled)
 }
@@ -249,21 +259,18 @@ pub fn pull(
 /// installer reads, every arch in it: `stream.json` for one stream,
 /// `streams.json` keyed by stream (as `generate --os-stream all` writes)
 /// for several. Locations as seen from `out` (or the URLs already given).
-fn merge_streams(out: &Path, docs: &[(String, PathBuf)]) -> Result<PathBuf> {
+fn merge_streams(out: &Path, docs: Vec<(String, crate::publish::merge::Input)>) -> Result<PathBuf> {
     use crate::publish::merge::{self, Doc};
-    let mut by_stream: BTreeMap<&str, Vec<merge::Input>> = BTreeMap::new();
-    for (stream, p) in docs {
-        by_stream
-            .entry(stream.as_str())
-            .or_default()
-            .push(merge::read(p)?);
+    let mut by_stream: BTreeMap<String, Vec<merge::Input>> = BTreeMap::new();
+    for (stream, input) in docs {
+        by_stream.entry(stream).or_default().push(input);
     }
     let mut merged: BTreeMap<String, crate::publish::stream::Stream> = BTreeMap::new();
     for (stream, inputs) in by_stream {
         match merge::merge(&inputs, out, None, None)
             .with_context(|| format!("merging the pulled stream.json of stream {stream}"))?
         {
-            Doc::One(s) => merged.insert(stream.to_string(), s),
+            Doc::One(s) => merged.insert(stream.clone(), s),
             Doc::Keyed(_) => bail!("stream {stream}: a pushed stream.json is a streams.json"),
         };
     }

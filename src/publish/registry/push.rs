@@ -261,8 +261,6 @@ fn push_file(
     Ok(e)
 }
 
-/// Push every run under `dir` to `r` (a tag); the index at the tag then
-/// holds every entry of every run pushed there.
 /// The tag a push writes: REF must name one, and no digest.
 pub fn tag_of(r: &DockerRef) -> Result<String> {
     if r.digest.is_some() {
@@ -273,6 +271,8 @@ pub fn tag_of(r: &DockerRef) -> Result<String> {
     })
 }
 
+/// Push every run under `dir` to `r` (a tag); the index at the tag then
+/// holds every entry of every run pushed there.
 pub fn push(
     c: &Client,
     r: &DockerRef,
