@@ -509,7 +509,7 @@ fn main() -> Result<()> {
 fn erofs_options() -> Result<(String, bootimage_gen::live::erofs::Options)> {
     use bootimage_gen::live::erofs;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/os/config/image-rhel10.yaml");
-    let y: serde_yaml::Value = serde_yaml::from_slice(&std::fs::read(&path)?)
+    let y: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&std::fs::read(&path)?)
         .with_context(|| format!("parsing {}", path.display()))?;
     let requested = y["live-rootfs-fsoptions"]
         .as_str()

@@ -11,7 +11,7 @@ for a in "$@"; do
   prev="$a"
 done
 case "$name" in
-  bootimage_gen|bootimage_fuzz|fuzz|serde_json|serde_yaml|unsafe_libyaml|tar|flate2|miniz_oxide|xz2|zstd|oci_spec|serde_path_to_error)
+  bootimage_gen|bootimage_fuzz|fuzz|serde_json|serde_yaml_ng|unsafe_libyaml|tar|flate2|miniz_oxide|xz2|zstd|oci_spec|serde_path_to_error)
     exec "$rustc" "$@" \
       -Cpasses=sancov-module \
       -Cllvm-args=-sanitizer-coverage-level=4 \

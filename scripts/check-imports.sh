@@ -2,13 +2,16 @@
 # check-imports.sh: the module-level import graph of src/ (ARCHITECTURE.md
 # "Target layout"): its cycles between top-level modules, its upward imports
 # (a lower module naming a higher one through `crate::` or `super::`), and
-# every `unsafe` without a `// SAFETY:` comment on it or on the 3 lines above.
+# every `unsafe` without a `// SAFETY:` comment on it or on the 3 lines above;
+# then the file-level cycles (scripts/layout-report.py --cycles: a file
+# importing, through others, a file that imports it).
 #
 #   scripts/check-imports.sh        # summary + the offending edges
 #   scripts/check-imports.sh -v     # ... plus the whole edge list
 #
-# Exit status: 0 when there are no cycles, no upward imports and no
-# undocumented unsafe; 1 otherwise. Plain grep/awk, no toolchain needed.
+# Exit status: 0 when there are no cycles (of modules or of files), no
+# upward imports and no undocumented unsafe; 1 otherwise. The suite runs it
+# as its `imports` job. Plain grep/awk, no toolchain needed.
 #
 # A reference is any `crate::NAME` or `super::...::NAME` outside a `//`
 # comment line, in a `use` or inline. `super::` is resolved from the file's
@@ -165,3 +168,4 @@ END {
     printf "%s", unsafe_list
     exit (ncyc + nup + nunsafe > 0) ? 1 : 0
 }' || exit 1
+python3 scripts/layout-report.py --cycles

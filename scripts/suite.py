@@ -330,6 +330,9 @@ def main():
             "CARGO_MANIFEST_DIR": TOP, "SUITE_BOOT_RECORD": boots, "SUITE_TARGET": name}))
     if lint:
         jobs.append(Job("rustfmt", [os.environ.get("CARGO", "cargo"), "fmt", "--check"]))
+        # The layering: module and file import cycles, upward imports,
+        # unsafe without SAFETY (plain shell and Python, a second or two).
+        jobs.append(Job("imports", ["bash", "scripts/check-imports.sh"]))
     for j in jobs:
         got = learned.get(j.name)
         if isinstance(got, (int, float)):  # the older file: seconds only

@@ -541,8 +541,7 @@ fn sigint_stops_the_vm() {
         assert!(t.elapsed() < Duration::from_secs(300), "{log}");
     }
     assert!(!qemus_with(dir.to_str().unwrap()).is_empty(), "the VM runs");
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    send_signal(&child, libc::SIGINT);
     let st = child.wait().unwrap();
     log.extend(rx.iter().map(|l| l + "\n"));
     assert_eq!(st.code(), Some(130), "{log}");

@@ -438,8 +438,7 @@ fn sigint_sigterm_at_random_moments() {
             s
         });
         std::thread::sleep(at);
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
+        send_signal(&child, sig);
         let sent = Instant::now();
         let st = child.wait().unwrap();
         let stopped_in = sent.elapsed();

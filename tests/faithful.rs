@@ -553,7 +553,7 @@ fn a_buildroot_command_lets_go_of_other_runs_disks() {
         .find(|e| e.file_name().len() == 64)
         .expect("no buildroot in the good run's cache")
         .path();
-    let b = bootimage_gen::disk::buildroot::Buildroot {
+    let b = bootimage_gen::oscontainer::buildroot::Buildroot {
         dir: good,
         ostree_version: String::new(),
         emulator: None,

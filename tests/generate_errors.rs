@@ -997,7 +997,7 @@ fn all_without_a_stream_says_what_and_why() {
 
 /// The stream JSON the fixture release pins: `data.stream` of the
 /// `coreos-bootimages` ConfigMap in the release's last layer, read here with
-/// tar, flate2 and serde_yaml straight from the OCI layout.
+/// tar, flate2 and serde_yaml_ng straight from the OCI layout.
 fn fixture_stream() -> serde_json::Value {
     use std::io::Read;
     let manifest = fixture_manifest("release");
@@ -1016,7 +1016,7 @@ fn fixture_stream() -> serde_json::Value {
         {
             let mut t = String::new();
             e.read_to_string(&mut t).unwrap();
-            let cm: serde_yaml::Value = serde_yaml::from_str(&t).unwrap();
+            let cm: serde_yaml_ng::Value = serde_yaml_ng::from_str(&t).unwrap();
             return serde_json::from_str(cm["data"]["stream"].as_str().unwrap()).unwrap();
         }
     }

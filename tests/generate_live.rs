@@ -914,8 +914,7 @@ fn interrupt_live_at(point: &str, signal: i32, code: i32, during: impl Fn(&Path,
         }
     }
     during(&out, &cache);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, signal) };
+    send_signal(&child, signal);
     std::io::Read::read_to_string(&mut err, &mut log).unwrap();
     let st = child.wait().unwrap();
     assert_eq!(st.code(), Some(code), "{log}");

@@ -392,8 +392,8 @@ fn initramfs_carries_the_rootfs_stream_hash_and_features() {
         format!("{}\n", version()).as_bytes()
     );
     // features.json: directives = the top-level keys of the OS's example config.
-    let ex: serde_yaml::Value =
-        serde_yaml::from_slice(&os_file("/usr/share/coreos-installer/example-config.yaml"))
+    let ex: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(&os_file("/usr/share/coreos-installer/example-config.yaml"))
             .unwrap();
     let keys: Vec<String> = ex
         .as_mapping()

@@ -9,6 +9,7 @@
 //! patches parse; every bad input fails in one line with nothing left in the
 //! inventory; a SIGTERM/SIGINT during the upload leaves nothing and the next
 //! run succeeds.
+mod common;
 use bootimage_gen::formats::ova::{write_ova, OvaParams};
 use bootimage_gen::io::view::FileView;
 use serde_json::Value;
@@ -312,7 +313,7 @@ fn import_reuse_refuse_replace() {
         "/spec/template/spec/providerSpec/value/template"
     );
     assert_eq!(ms[0]["value"], "rhcos-tpl");
-    let mc: serde_yaml::Value = serde_yaml::from_slice(
+    let mc: serde_yaml_ng::Value = serde_yaml_ng::from_slice(
         &std::fs::read(patches.join("machineconfiguration-cluster.patch.yaml")).unwrap(),
     )
     .unwrap();
@@ -657,7 +658,7 @@ fn interrupted_upload_leaves_nothing() {
         }
         // The VM exists while the upload is under way.
         assert_eq!(sim.vms().len(), 1, "{point}");
-        unsafe { libc::kill(child.id() as i32, sig) };
+        common::send_signal(&child, sig);
         let st = child.wait().unwrap();
         let mut rest = String::new();
         err.read_to_string(&mut rest).unwrap();
@@ -675,7 +676,7 @@ fn interrupted_upload_leaves_nothing() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(delay));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    common::send_signal(&child, libc::SIGTERM);
     let st = child.wait().unwrap();
     let vms = sim.vms();
     eprintln!(

@@ -66,7 +66,7 @@ pub struct DiskJob {
     pub grub_script: Option<String>,
     /// The OS's buildroot, when its own ostree deploys it.
     #[serde(default)]
-    pub buildroot: Option<crate::disk::buildroot::Buildroot>,
+    pub buildroot: Option<crate::oscontainer::buildroot::Buildroot>,
     /// The image and layer refs to give the sysroot repo (ostree-native).
     #[serde(default)]
     pub image_refs: Option<crate::oscontainer::ImageRefs>,

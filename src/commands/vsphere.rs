@@ -44,7 +44,7 @@ pub struct FileCredentials {
 /// with GOVC_URL unset, its only one. `url` is GOVC_URL from the
 /// environment. Errors name the file and never print a value.
 pub fn parse_credentials(text: &str, file: &str, url: Option<&str>) -> Result<FileCredentials> {
-    let yaml: Option<serde_yaml::Value> = serde_yaml::from_str(text).ok();
+    let yaml: Option<serde_yaml_ng::Value> = serde_yaml_ng::from_str(text).ok();
     if let Some(y) = yaml.as_ref().filter(|y| y.get("kind").is_some()) {
         return secret_credentials(y, file, url);
     }
@@ -85,7 +85,7 @@ pub fn parse_credentials(text: &str, file: &str, url: Option<&str>) -> Result<Fi
 
 /// The user and password of one vCenter from a `vsphere-creds` Secret.
 fn secret_credentials(
-    y: &serde_yaml::Value,
+    y: &serde_yaml_ng::Value,
     file: &str,
     url: Option<&str>,
 ) -> Result<FileCredentials> {

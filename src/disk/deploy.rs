@@ -2,7 +2,7 @@
 //! `<root>/boot`), in the order of SPEC 2: init-fs, os-init, repo config,
 //! `/boot/efi`, the `ignition.firstboot` stamp, deploy with kargs, aleph
 //! version file, `platforms.json`.
-use super::buildroot::{Bind, Buildroot, BIND_ROOT};
+use crate::oscontainer::buildroot::{Bind, Buildroot, BIND_ROOT};
 use crate::util::cmd;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;

@@ -15,8 +15,10 @@ use anyhow::{bail, Result};
 pub const BOOT_LABEL: &str = "boot";
 /// Directory of the GRUB config on the boot filesystem.
 pub const GRUB_DIR: &str = "grub2";
-/// First and last line of `console.cfg` (cosa / SPEC 2).
-pub const CONSOLE_START: &str = "# CONSOLE-SETTINGS-START";
+/// First and last line of `console.cfg` (cosa / SPEC 2); the first is also
+/// the line a cosa-era `grub-script` marks its console place with, so it
+/// lives with image.json's reader.
+pub use crate::oscontainer::config::{is_console_start, CONSOLE_START};
 pub const CONSOLE_END: &str = "# CONSOLE-SETTINGS-END";
 /// Stamp file on the boot filesystem that marks the first boot (Ignition).
 pub const FIRSTBOOT_STAMP: &str = "ignition.firstboot";
@@ -241,12 +243,6 @@ if [ \"$bootimage_no_blscfg\" = 1 ]; then
     }
     s.push_str("fi\n");
     s
-}
-
-/// Whether `line` is the console marker a grub-script's console commands
-/// follow (the one rule for checking a script and for writing it).
-pub fn is_console_start(line: &str) -> bool {
-    line.trim() == CONSOLE_START
 }
 
 /// A cosa-era OS's `grub-script` (image.json) as the disk's grub.cfg: the

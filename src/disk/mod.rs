@@ -1,7 +1,6 @@
 //! The disk: layout (table-driven) and partition table.
 pub mod bios;
 pub mod bootupd;
-pub mod buildroot;
 pub mod deploy;
 pub mod derive;
 pub mod efi;

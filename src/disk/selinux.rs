@@ -10,7 +10,7 @@
 //!
 //! Everything runs in the OS's buildroot ([`super::buildroot`]); the files
 //! to label are bound into it at the path they have on a booted node.
-use super::buildroot::{Bind, Buildroot, BIND_ROOT};
+use crate::oscontainer::buildroot::{Bind, Buildroot, BIND_ROOT};
 use crate::util::cmd;
 use anyhow::{Context, Result};
 use std::path::Path;

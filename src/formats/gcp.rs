@@ -48,8 +48,9 @@
 //!
 //! A disk that ends in a hole gets a last entry of length 0 at the disk's
 //! size, as GNU tar writes it, so that extraction restores the full size.
+use crate::io::buffers::is_zero;
 use crate::io::compress::{compress_view, Compressor, Written};
-use crate::io::sparse::{clamped_extents, is_zero};
+use crate::io::sparse::clamped_extents;
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
 use std::ops::Range;

@@ -28,7 +28,8 @@
 //! clusters between the header and the first block (`align` > one cluster)
 //! are unused: refcount 0, a hole in the file. Every other cluster of the
 //! file is in use exactly once (refcount 1).
-use crate::io::sparse::{clamped_extents, is_zero};
+use crate::io::buffers::is_zero;
+use crate::io::sparse::clamped_extents;
 use crate::io::view::{DiskView, FileView};
 use anyhow::{ensure, Context, Result};
 use std::fs::File;

@@ -16,7 +16,8 @@
 //! ```
 //!
 //! All integers are little-endian; GUIDs in the Windows mixed-endian layout.
-use crate::io::sparse::{clamped_extents, is_zero};
+use crate::io::buffers::is_zero;
+use crate::io::sparse::clamped_extents;
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
 use sha2::{Digest, Sha256};

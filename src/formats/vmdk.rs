@@ -36,9 +36,10 @@
 //! - The descriptor's CID is derived from the grain tables and directory
 //!   (unless given), so the same input gives the same file; it is written
 //!   last, with one seek back to sector 1.
+use crate::io::buffers::{is_zero, BufPool};
 use crate::io::compress::{CacheKey, ChunkCache, Codec};
 use crate::io::deflate::Deflater;
-use crate::io::sparse::{clamped_extents, is_zero, BufPool};
+use crate::io::sparse::clamped_extents;
 use crate::io::view::DiskView;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use std::fs::File;

@@ -55,14 +55,14 @@ impl Mirrors {
     pub fn parse(text: &str) -> Result<Self> {
         let mut rules = Vec::new();
         let mut docs = 0;
-        for de in serde_yaml::Deserializer::from_str(text) {
-            let v = serde_yaml::Value::deserialize(de).context("not valid YAML")?;
+        for de in serde_yaml_ng::Deserializer::from_str(text) {
+            let v = serde_yaml_ng::Value::deserialize(de).context("not valid YAML")?;
             if v.is_null() {
                 continue;
             }
             docs += 1;
             let doc: Doc =
-                serde_yaml::from_value(v).context("not an ImageDigestMirrorSet document")?;
+                serde_yaml_ng::from_value(v).context("not an ImageDigestMirrorSet document")?;
             match doc.kind.as_deref() {
                 Some("ImageDigestMirrorSet") | Some("ImageContentSourcePolicy") => {}
                 Some(k) => bail!("document of kind '{k}': expected ImageDigestMirrorSet or ImageContentSourcePolicy"),

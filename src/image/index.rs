@@ -4,7 +4,7 @@
 //! proxy (which would pick this host's arch by itself), choose the entry
 //! for an architecture, and name that entry as a reference the proxy and
 //! ostree-ext can open.
-use super::fetch::FetchOptions;
+use super::access::FetchOptions;
 use super::imageref::ImageRef;
 use super::layout::REF_NAME;
 use anyhow::{bail, Context, Result};

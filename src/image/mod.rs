@@ -1,4 +1,5 @@
 //! Container images: references, mirrors, fetching, local layouts and layers.
+pub mod access;
 pub mod fetch;
 pub mod idms;
 pub mod imageref;

@@ -21,7 +21,9 @@
 //!   about 100 MiB each for xz (see `XZ_MAX_DICT`).
 //! - SHA-256 of the uncompressed stream runs on its own thread; SHA-256 of
 //!   the output is computed by the writer as it writes.
-use super::sparse::{self, is_zero, BufPool, HashThread};
+pub use super::buffers::Written;
+use super::buffers::{is_zero, BufPool, HashThread};
+use super::sparse;
 use super::view::DiskView;
 use crate::util::sha256::Sha256;
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -174,19 +176,6 @@ impl std::str::FromStr for Compressor {
     fn from_str(s: &str) -> Result<Self> {
         Self::parse(s)
     }
-}
-
-/// What was written: the output file and the stream it encodes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Written {
-    /// Size of the output file in bytes.
-    pub size: u64,
-    /// Lower-case hex SHA-256 of the output file.
-    pub sha256: String,
-    /// Size of the uncompressed content (the view's length).
-    pub uncompressed_size: u64,
-    /// Lower-case hex SHA-256 of the uncompressed content.
-    pub uncompressed_sha256: String,
 }
 
 /// Compress `view` into `out` (created or truncated, then fsynced) with

@@ -1,4 +1,5 @@
 //! Streaming I/O: disk views (base + delta), compression, sparse output.
+pub mod buffers;
 pub mod compress;
 pub mod deflate;
 pub mod pipeline;

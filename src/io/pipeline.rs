@@ -6,7 +6,7 @@
 //! order through [`Ordered::next`]. When the consumer returns (done, error
 //! or cancellation) the workers are stopped: the abort flag is raised and the
 //! buffer pool closed, so that none waits for a buffer any more.
-use super::sparse::BufPool;
+use super::buffers::BufPool;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -93,7 +93,7 @@ pub fn features_json(directives: Option<&[String]>) -> Vec<u8> {
 /// The top-level keys of an example config (`usr/share/coreos-installer/
 /// example-config.yaml`); `what` names the file in errors.
 pub fn config_directives(yaml: &[u8], what: &str) -> Result<Vec<String>> {
-    let v: serde_yaml::Value = serde_yaml::from_slice(yaml)
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_slice(yaml)
         .with_context(|| format!("{what} is not YAML; the live ISO's features.json lists its keys as installer-config-directives (osbuild get_os_features); fix the OS's coreos-installer package"))?;
     let m = v.as_mapping().with_context(|| {
         format!("{what} is not a YAML mapping of installer directives; fix the OS's coreos-installer package")

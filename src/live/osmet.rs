@@ -477,7 +477,8 @@ pub fn pack(
     expect_sha256: Option<&str>,
     out: &Path,
 ) -> Result<PackStats> {
-    use crate::io::sparse::{clamped_extents, BufPool, HashThread};
+    use crate::io::buffers::{BufPool, HashThread};
+    use crate::io::sparse::clamped_extents;
     let started = std::time::Instant::now();
     let size = image.len();
     let regions = regions(size, parts)?;

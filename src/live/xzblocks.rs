@@ -169,7 +169,7 @@ impl<W: Write> XzBlocks<W> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        if self.buf.len() == BLOCK && crate::io::sparse::is_zero(&self.buf) {
+        if self.buf.len() == BLOCK && crate::io::buffers::is_zero(&self.buf) {
             self.flush_pending()?;
             let z = match self.zero.take() {
                 Some(z) => z,

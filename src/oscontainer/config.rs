@@ -2,11 +2,20 @@
 //! `platforms.json` (coreos-assembler / fedora-coreos-config), or the legacy
 //! `/bootimage.json`. Missing keys take the RHCOS defaults (SPEC 1.2), and
 //! each value remembers whether it came from the OS or is a default.
-use crate::disk::grubcfg;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+
+/// The first line of `console.cfg` (cosa / SPEC 2), and the line a cosa-era
+/// `grub-script` marks the place of the platform's console commands with.
+pub const CONSOLE_START: &str = "# CONSOLE-SETTINGS-START";
+
+/// Whether `line` is the console marker a grub-script's console commands
+/// follow (the one rule for checking a script and for writing it).
+pub fn is_console_start(line: &str) -> bool {
+    line.trim() == CONSOLE_START
+}
 
 /// Where the OS keeps its disk-build configuration (coreos-assembler).
 pub const IMAGE_JSON: &str = "/usr/share/coreos-assembler/image.json";
@@ -275,8 +284,8 @@ fn cosa_era(obj: &Map<String, Value>, source: &str, cfg: &mut ImageConfig) -> Re
                 let text = v.as_str().with_context(|| {
                     format!("{source}: 'grub-script' must be a string, got {v}")
                 })?;
-                if !text.lines().any(grubcfg::is_console_start) {
-                    bail!("{source}: 'grub-script' has no '{}' line, where the platform's console commands go (cosa create_disk.sh); fix the OS's image.json", grubcfg::CONSOLE_START);
+                if !text.lines().any(is_console_start) {
+                    bail!("{source}: 'grub-script' has no '{}' line, where the platform's console commands go (cosa create_disk.sh); fix the OS's image.json", CONSOLE_START);
                 }
                 cfg.grub_script = Some(text.to_string());
                 "becomes the disk's /boot/grub2/grub.cfg"

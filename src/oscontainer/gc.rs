@@ -210,7 +210,7 @@ fn ostree_prune(cache: &Path, repo: &Repo) -> Result<bool> {
     .with_context(|| format!("pruning ostree repo {}", repo.path.display()))?;
     // The OS buildroots hardlink objects: those of commits now gone go too,
     // or their files would keep the space.
-    crate::disk::buildroot::prune(cache, repo)?;
+    super::buildroot::prune(cache, repo)?;
     Ok(true)
 }
 

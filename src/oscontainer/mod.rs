@@ -2,6 +2,7 @@
 //! cache repo (ostree-native through ostree-ext; legacy machine-os-content by
 //! a verified local pull from `/srv/repo`), and read what the OS says about
 //! itself (version, kernel, osname, bootimage configuration).
+pub mod buildroot;
 pub mod config;
 pub mod gc;
 pub mod nonostree;
@@ -427,7 +428,7 @@ async fn import_derived(
 /// release), run from its buildroot; `None` when it ships none or this host
 /// cannot run it (the host's libostree decides then, as before).
 fn os_ostree_version(cache: &Cache, commit: &str, img: &Image) -> Result<Option<(u32, u32)>> {
-    use crate::disk::buildroot::{self, Buildroot};
+    use buildroot::Buildroot;
     if !buildroot::os_has_ostree(&cache.repo, commit)? {
         return Ok(None);
     }

@@ -26,8 +26,8 @@
 //! buildroot of the merged tree itself (a node's bootc runs the OS's
 //! libostree and libselinux); where the OS ships none that runs here, by
 //! this host's, and the run says so.
+use super::buildroot::{self, Bind, Buildroot};
 use super::Cache;
-use crate::disk::buildroot::{self, Bind, Buildroot};
 use crate::image::fetch::{Fetcher, Image};
 use crate::util::cmd;
 use anyhow::{anyhow, bail, Context, Result};

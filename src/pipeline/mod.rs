@@ -263,10 +263,10 @@ fn deployer(
     os: &OsInfo,
     reporter: &Reporter,
 ) -> Result<(
-    Option<crate::disk::buildroot::Buildroot>,
+    Option<crate::oscontainer::buildroot::Buildroot>,
     serde_json::Map<String, serde_json::Value>,
 )> {
-    use crate::disk::buildroot::{self, Buildroot};
+    use crate::oscontainer::buildroot::{self, Buildroot};
     let repo = &loaded.cache.repo;
     let ships = buildroot::os_has_ostree(repo, &os.commit)?;
     let requires_cfs = repo

@@ -203,8 +203,8 @@ fn parse_bootimages(
     Option<serde_json::Value>,
     BTreeMap<String, serde_json::Value>,
 )> {
-    let cm: serde_yaml::Value =
-        serde_yaml::from_slice(raw).context("coreos-bootimages ConfigMap is not valid YAML")?;
+    let cm: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(raw).context("coreos-bootimages ConfigMap is not valid YAML")?;
     let data = cm.get("data");
     let stream = match data.and_then(|d| d.get("stream")).and_then(|s| s.as_str()) {
         Some(s) => Some(

@@ -118,11 +118,18 @@ pub fn run_until_paused(cmd: &mut Command, point: &str, limit: Duration) -> Paus
     }
 }
 
+/// Send `signal` to our own child process (the one `unsafe` of the tests'
+/// signal sending).
+pub fn send_signal(child: &std::process::Child, signal: i32) {
+    // SAFETY: kill(2) takes plain integers; the PID is our own child's,
+    // not yet waited for, so it names no other process.
+    unsafe { libc::kill(child.id() as i32, signal) };
+}
+
 impl Paused {
     /// Send `signal`; its exit status and its whole stderr.
     pub fn signal(mut self, signal: i32) -> (std::process::ExitStatus, String) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        send_signal(&self.child, signal);
         std::io::Read::read_to_string(&mut self.err, &mut self.log).unwrap();
         (self.child.wait().unwrap(), self.log)
     }

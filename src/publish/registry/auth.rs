@@ -48,7 +48,7 @@ pub fn auth_files(explicit: Option<&Path>) -> Result<Vec<PathBuf>> {
     if let Some(f) = std::env::var_os("REGISTRY_AUTH_FILE").filter(|v| !v.is_empty()) {
         return Ok(vec![PathBuf::from(f)]);
     }
-    Ok(crate::image::fetch::default_auth_files())
+    Ok(crate::image::access::default_auth_files())
 }
 
 /// The key forms of `host/repo`, most specific first.

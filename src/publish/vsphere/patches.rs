@@ -115,7 +115,7 @@ pub fn write(
         ),
         (
             "machineconfiguration-cluster.patch.yaml",
-            serde_yaml::to_string(&machineconfiguration_patch(rhcos_version))?,
+            serde_yaml_ng::to_string(&machineconfiguration_patch(rhcos_version))?,
         ),
         (
             "apply.sh",

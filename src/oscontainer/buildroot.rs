@@ -17,7 +17,7 @@
 //! tmpfs, and the paths the command needs are bound under `/run/bootimage/`;
 //! then `chroot`. Every mount lives in that namespace only: it goes when the
 //! command ends, however it ends (a SIGKILLed run leaves nothing mounted).
-use crate::oscontainer::repo::Repo;
+use super::repo::Repo;
 use crate::util::cmd;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
