@@ -79,7 +79,7 @@ install: build
 
 lint: deps
 	$(CARGO) fmt --check
-	$(CARGO) clippy --release --all-targets --features boot -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets --features boot -- -D warnings
 
 # Every test tier: unit and fast (`cargo test` alone runs these, no root),
 # privileged pipeline and registry tests, boot tests (Cargo.toml [features]),
@@ -96,7 +96,7 @@ test:
 # The fast tier only: no root, no loop device, no VM.
 test-fast: deps
 	bash scripts/target-cache.sh restore
-	$(CARGO) test --release -- --test-threads=2
+	$(CARGO) test --release --workspace -- --test-threads=2
 
 # Coverage-guided fuzzing of every parser of untrusted bytes (README
 # "Fuzzing"; `make test` runs the short smoke run, tests/fuzz_smoke.rs).

@@ -51,11 +51,12 @@ sys 2
 util 2
 '
 
-find src -name '*.rs' ! -path 'src/bin/*' ! -path 'src/main.rs' | LC_ALL=C sort |
+find src crates/*/src -name '*.rs' ! -path 'src/bin/*' ! -path 'src/main.rs' | LC_ALL=C sort |
     xargs awk -v verbose="$verbose" -v levels="$levels" '
 function modpath(file,    p, n, i, out) {
     # src/a/b/c.rs -> a b c ; src/a/mod.rs -> a ; src/a.rs -> a ; src/lib.rs -> (crate)
     p = file
+    sub(/^crates\/[^\/]+\/src\//, "", p)   # the leaf crates: their modules by name
     sub(/^src\//, "", p)
     sub(/\.rs$/, "", p)
     sub(/\/mod$/, "", p)

@@ -200,8 +200,23 @@ def main():
                 if mod is not None:
                     by_module[(name, tuple(mod))] = key
 
-    def resolve(crate, segs):
+    # `pub use other_crate::{a, b}` and `pub use other_crate::m::x`: a path
+    # through a re-export is an import of what it re-exports.
+    alias = {}
+    for key, f in files.items():
+        if f["mod"] is None:
+            continue
+        for m in re.finditer(r"\bpub\s+use\s+([^;]+);", strip(f["text"])):
+            for p in expand_use(m.group(1)):
+                segs = p.split("::")
+                if segs[0] in names and segs[0] != f["crate"] and segs[-1] != "*":
+                    alias[(f["crate"], tuple(f["mod"] + [segs[-1]]))] = (segs[0], segs[1:])
+
+    def resolve(crate, segs, depth=0):
         for k in range(len(segs), -1, -1):
+            a = alias.get((crate, tuple(segs[:k]))) if k and depth < 4 else None
+            if a:
+                return resolve(a[0], a[1] + segs[k:], depth + 1)
             key = by_module.get((crate, tuple(segs[:k])))
             if key:
                 return key

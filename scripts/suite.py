@@ -236,7 +236,7 @@ def compile_tests(features, lint):
     """`cargo test --no-run`: every test executable, by target name. With
     `lint`, clippy-driver compiles the workspace's own crates (deny
     warnings), as `cargo clippy` would check them."""
-    argv = [os.environ.get("CARGO", "cargo"), "test", "--release", "--no-run",
+    argv = [os.environ.get("CARGO", "cargo"), "test", "--release", "--no-run", "--workspace",
             "--message-format=json-render-diagnostics"]
     if features:
         argv += ["--features", features]
@@ -264,7 +264,11 @@ def compile_tests(features, lint):
             continue
         t = m["target"]
         kind = t["kind"][0]
-        name = "lib" if kind == "lib" else (t["name"] if kind == "test" else f"{kind}-{t['name']}")
+        # The tool's unit tests are `lib`; the leaf crate's `lib-bootimage_core`.
+        if kind == "lib":
+            name = "lib" if t["name"] == "bootimage_gen" else f"lib-{t['name']}"
+        else:
+            name = t["name"] if kind == "test" else f"{kind}-{t['name']}"
         exes[name] = m["executable"]
     if p.wait() != 0:
         say("cargo test --no-run failed" + (" (a compile error or a clippy warning above)" if lint else ""))

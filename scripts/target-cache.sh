@@ -78,10 +78,14 @@ case "${1:-}" in
     mkdir -p "$base"
     tmp=$(mktemp -d "$base/.save-XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    # This package's fingerprint hashes: every file of its own targets
-    # carries one of them in its name.
-    pkg=$(sed -n 's/^name = "\(.*\)"/\1/p' "$top/Cargo.toml" | head -1)
-    own=$(ls "$rel/.fingerprint" | sed -n "s/^$pkg-\([0-9a-f]*\)$/\1/p" | paste -sd'|')
+    # The workspace's packages (the tool and crates/*) and their
+    # fingerprint hashes: every file of their own targets carries one of
+    # them in its name.
+    pkg=$(for t in "$top/Cargo.toml" "$top"/crates/*/Cargo.toml; do
+            [ -f "$t" ] && sed -n 's/^name = "\(.*\)"/\1/p' "$t" | head -1
+          done | sed 's/-/[-_]/g' | paste -sd'|')
+    pkg="($pkg)"
+    own=$(ls "$rel/.fingerprint" | sed -En "s/^$pkg-([0-9a-f]*)$/\2/p" | paste -sd'|')
     [ -n "$own" ] || own=NONE
     # Only what the cache lacks: the same key compiled with other features
     # (`make build`'s binaries, then the suite's tests with their
@@ -94,7 +98,7 @@ case "${1:-}" in
       [ -d "$rel/$d" ] || continue
       mkdir -p "$tmp/release/$d"
       # shellcheck disable=SC2012
-      ls -A "$rel/$d" | grep -Ev -- "-($own)(\.|$)|^$pkg-" | while read -r f; do
+      ls -A "$rel/$d" | grep -Ev -- "-($own)(\.|$)|^(lib)?$pkg-" | while read -r f; do
         [ -e "$cache/release/$d/$f" ] || copy "$rel/$d/$f" "$tmp/release/$d/"
       done
       added=$((added + $(ls -A "$tmp/release/$d" | wc -l)))

@@ -762,6 +762,7 @@ const FRESH_INPUTS: &[&str] = &[
     "scripts",
     "fixtures",
     "Cargo.toml",
+    "crates/bootimage-core/Cargo.toml",
     "Cargo.lock",
     "build.rs",
     "containerfiles",

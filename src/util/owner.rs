@@ -107,20 +107,9 @@ pub fn read_pidfile(path: &Path) -> Option<Owner> {
     Owner::parse(&std::fs::read_to_string(path).ok()?)
 }
 
-/// Make a child die with the thread that spawned it (`PR_SET_PDEATHSIG`),
-/// so a SIGKILLed run does not leave its tools (or its VM) running.
-pub fn die_with_parent(c: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
-    unsafe {
-        c.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
+/// Make a child die with the thread that spawned it (the leaf library's
+/// `cmd`, where every command is spawned).
+pub use super::cmd::die_with_parent;
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,7 @@ const ZERO_BLOCK: usize = 1 << 20;
 
 /// True if every byte of `buf` is zero. OR-folds 64-byte blocks, which the
 /// compiler vectorises, and stops at the first non-zero block.
-pub(crate) fn is_zero(buf: &[u8]) -> bool {
+pub fn is_zero(buf: &[u8]) -> bool {
     let mut blocks = buf.chunks_exact(64);
     let blocks_zero = blocks.all(|b| b.iter().fold(0u8, |a, &x| a | x) == 0);
     blocks_zero && blocks.remainder().iter().all(|&b| b == 0)
@@ -22,7 +22,7 @@ pub(crate) fn is_zero(buf: &[u8]) -> bool {
 
 /// A fixed number of equally sized buffers, allocated on first use. `get`
 /// blocks while all are out, which is what bounds memory in the pipelines.
-pub(crate) struct BufPool {
+pub struct BufPool {
     state: Mutex<PoolState>,
     cv: Condvar,
     buf_len: usize,
@@ -36,7 +36,7 @@ struct PoolState {
 }
 
 impl BufPool {
-    pub(crate) fn new(buf_len: usize, max: usize) -> Arc<Self> {
+    pub fn new(buf_len: usize, max: usize) -> Arc<Self> {
         Arc::new(BufPool {
             state: Mutex::new(PoolState {
                 free: Vec::new(),
@@ -51,7 +51,7 @@ impl BufPool {
 
     /// A buffer of `buf_len` bytes (contents unspecified), or `None` once
     /// the pool is closed.
-    pub(crate) fn get(&self) -> Option<Vec<u8>> {
+    pub fn get(&self) -> Option<Vec<u8>> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if st.closed {
@@ -68,7 +68,7 @@ impl BufPool {
         }
     }
 
-    pub(crate) fn put(&self, buf: Vec<u8>) {
+    pub fn put(&self, buf: Vec<u8>) {
         debug_assert_eq!(buf.len(), self.buf_len);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.free.push(buf);
@@ -77,7 +77,7 @@ impl BufPool {
     }
 
     /// Wake every waiter and make `get` fail from now on (error paths).
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.closed = true;
         st.free.clear();
@@ -97,14 +97,14 @@ enum Piece {
 
 /// SHA-256 of a byte stream on its own thread, so hashing overlaps reading,
 /// compressing and writing. Runs of zeros cost no memory.
-pub(crate) struct HashThread {
+pub struct HashThread {
     tx: Option<SyncSender<Piece>>,
     handle: Option<JoinHandle<(String, u64)>>,
     cancel: Arc<AtomicBool>,
 }
 
 impl HashThread {
-    pub(crate) fn spawn(pool: Arc<BufPool>, queue: usize) -> Result<Self> {
+    pub fn spawn(pool: Arc<BufPool>, queue: usize) -> Result<Self> {
         let (tx, rx) = sync_channel::<Piece>(queue.max(1));
         let cancel = Arc::new(AtomicBool::new(false));
         let stop = cancel.clone();
@@ -153,12 +153,12 @@ impl HashThread {
     }
 
     /// Hash `buf[..len]`; `buf` returns to the pool afterwards.
-    pub(crate) fn data(&self, buf: Vec<u8>, len: usize) -> Result<()> {
+    pub fn data(&self, buf: Vec<u8>, len: usize) -> Result<()> {
         self.send(Piece::Data(buf, len))
     }
 
     /// Hash `n` zero bytes.
-    pub(crate) fn zeros(&self, n: u64) -> Result<()> {
+    pub fn zeros(&self, n: u64) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
@@ -166,7 +166,7 @@ impl HashThread {
     }
 
     /// Wait for the hash of everything fed: (lower-case hex, byte count).
-    pub(crate) fn finish(mut self) -> Result<(String, u64)> {
+    pub fn finish(mut self) -> Result<(String, u64)> {
         drop(self.tx.take());
         self.handle
             .take()

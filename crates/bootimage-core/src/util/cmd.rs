@@ -51,7 +51,7 @@ pub fn run(cmd: &mut Command) -> Result<Vec<u8>> {
     tracing::debug!(target: "cmd", "running: {line}");
     super::cancel::check()?;
     // A SIGKILLed run takes its tools along (nothing else would stop them).
-    super::owner::die_with_parent(cmd);
+    die_with_parent(cmd);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -113,6 +113,21 @@ pub fn have(program: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
         .unwrap_or(false)
+}
+
+/// Make a child die with the thread that spawned it (`PR_SET_PDEATHSIG`),
+/// so a SIGKILLed run does not leave its tools (or its VM) running.
+pub fn die_with_parent(c: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]

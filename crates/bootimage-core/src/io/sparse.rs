@@ -23,7 +23,7 @@ const HOLE_GRANULE: u64 = 4096;
 const IO_BUFFERS: usize = 4;
 
 /// `view`'s data extents cut to its length, sorted and non-overlapping.
-pub(crate) fn clamped_extents(view: &dyn DiskView) -> Result<Vec<Range<u64>>> {
+pub fn clamped_extents(view: &dyn DiskView) -> Result<Vec<Range<u64>>> {
     let len = view.len();
     let mut out: Vec<Range<u64>> = Vec::new();
     for r in view.data_extents()? {
