@@ -13,7 +13,7 @@ deps:
 # keyed by Cargo.lock and the toolchain (scripts/target-cache.sh).
 build: deps
 	bash scripts/target-cache.sh restore
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 	bash scripts/target-cache.sh save
 
 fixtures: build

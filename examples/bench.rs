@@ -81,7 +81,7 @@ fn main() -> Result<()> {
     let tool = top.join("target/release/bootimage-gen");
     if !tool.exists() {
         bail!(
-            "{} is missing: run `cargo build --release --bins` first",
+            "{} is missing: run `cargo build --release --workspace --bins` first",
             tool.display()
         );
     }

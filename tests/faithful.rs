@@ -18,13 +18,6 @@ use std::sync::OnceLock;
 
 const RELEASE: &str = "release-faithful";
 
-struct Built {
-    root: PathBuf,
-    raw: PathBuf,
-    meta: Value,
-    log: String,
-}
-
 fn build(
     cell: &'static OnceLock<Built>,
     name: &str,
@@ -41,28 +34,13 @@ fn build_platforms(
     platforms: &[&str],
     extra: &[&str],
 ) -> &'static Built {
-    cell.get_or_init(|| {
-        os();
-        let root = scratch(name);
-        let _ = std::fs::remove_dir_all(&root);
-        let raw = root.join("raw");
-        let mut args = vec![oci(release)];
-        args.extend(platforms.iter().map(|p| p.to_string()));
-        args.extend([
-            "--no-ostree-archive".into(),
-            "--debug-raw-dir".into(),
-            raw.display().to_string(),
-        ]);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (_, meta, log) = generate_logged(&root, &a);
-        Built {
-            root,
-            raw,
-            meta,
-            log,
-        }
-    })
+    os();
+    let release = oci(release);
+    let mut args: Vec<&str> = vec![&release];
+    args.extend(platforms);
+    args.push("--no-ostree-archive");
+    args.extend(extra);
+    built_once(cell, name, &args, true)
 }
 
 /// Deployed by the OS's own ostree (the default).
@@ -987,7 +965,7 @@ fn live() -> &'static Built {
 
 /// A published file of `b` whose name holds `-<what>.`.
 fn published(b: &Built, what: &str) -> PathBuf {
-    std::fs::read_dir(b.root.join("out"))
+    std::fs::read_dir(&b.out)
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -997,7 +975,7 @@ fn published(b: &Built, what: &str) -> PathBuf {
                 .to_string_lossy()
                 .contains(&format!("-{what}."))
         })
-        .unwrap_or_else(|| panic!("no {what} in {}", b.root.join("out").display()))
+        .unwrap_or_else(|| panic!("no {what} in {}", b.out.display()))
 }
 
 fn check_live_boot(r: &boot::BootResult, mode: Mode) {

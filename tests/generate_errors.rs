@@ -906,13 +906,6 @@ fn all_follows_the_release_stream() {
     // Every platform RHCOS x86_64 ships is built now: nothing skipped.
     assert!(listed.iter().all(|p| built.contains(p)), "{listed:?}");
     assert!(!r.stderr.contains("skipping"), "{}", r.stderr);
-    for p in listed.iter().filter(|p| !built.contains(p)) {
-        assert!(
-            r.stderr.contains(p.as_str()) && r.stderr.contains("skipping"),
-            "{p} not reported as skipped:\n{}",
-            r.stderr
-        );
-    }
     assert_not_created(&out);
 }
 

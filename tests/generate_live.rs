@@ -14,13 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-struct Built {
-    root: PathBuf,
-    out: PathBuf,
-    meta: Value,
-    log: String,
-}
-
 fn generate_into(root: &Path, release: &str) -> (PathBuf, Value, String) {
     generate_logged(root, &[&oci(release), "live"])
 }
@@ -28,17 +21,7 @@ fn generate_into(root: &Path, release: &str) -> (PathBuf, Value, String) {
 /// One `generate <release> live` run shared by every test here.
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
-        let root = scratch("generate-live");
-        let _ = std::fs::remove_dir_all(&root);
-        let (out, meta, log) = generate_into(&root, "release");
-        Built {
-            root,
-            out,
-            meta,
-            log,
-        }
-    })
+    built_once(&B, "generate-live", &[&oci("release"), "live"], false)
 }
 
 fn artifact(key: &str) -> PathBuf {

@@ -15,21 +15,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-struct Built {
-    out: PathBuf,
-    meta: Value,
-}
-
 /// One x86_64 `generate metal kubevirt live`, shared by the tests.
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
-        let root = scratch("registry");
-        let _ = std::fs::remove_dir_all(&root);
-        let (out, meta, _) =
-            generate_logged(&root, &[&oci("release"), "metal", "kubevirt", "live"]);
-        Built { out, meta }
-    })
+    built_once(
+        &B,
+        "registry",
+        &[&oci("release"), "metal", "kubevirt", "live"],
+        false,
+    )
 }
 
 fn tool(args: &[&str], env: &[(&str, &str)]) -> Output {

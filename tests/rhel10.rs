@@ -23,38 +23,9 @@ use std::sync::OnceLock;
 const MIB: u64 = 1 << 20;
 const RELEASE: &str = "release-rhel10";
 
-struct Built {
-    root: PathBuf,
-    out: PathBuf,
-    raw: PathBuf,
-    meta: Value,
-    log: String,
-}
-
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
-        let root = scratch("rhel10");
-        let _ = std::fs::remove_dir_all(&root);
-        let raw = root.join("raw");
-        let (out, meta, log) = generate_logged(
-            &root,
-            &[
-                &oci(RELEASE),
-                "live",
-                "metal",
-                "--debug-raw-dir",
-                raw.to_str().unwrap(),
-            ],
-        );
-        Built {
-            log,
-            root,
-            out,
-            raw,
-            meta,
-        }
-    })
+    built_once(&B, "rhel10", &[&oci(RELEASE), "live", "metal"], true)
 }
 
 fn artifact(key: &str) -> PathBuf {

@@ -2,6 +2,8 @@
 //! on this host with loop devices and mounts; `kvm` and `nokvm` inside a
 //! throw-away VM ([`vm`]).
 pub mod job;
+mod live_tree;
+mod loopback;
 pub mod vm;
 
 use anyhow::{bail, Result};

@@ -178,9 +178,15 @@ fn print_text(d: &Value) {
     row("architecture", s(&d["release"]["architecture"]));
     let o = &d["os"];
     println!("OS images (tags matching the MCO's OS pattern, and machine-os-content)");
-    for f in d["os-images"].as_array().into_iter().flatten() {
+    let found = d["os-images"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    // One column for every tag, however long the release's tag names are.
+    let w = found.iter().map(|f| s(&f["tag"]).len()).max().unwrap_or(0);
+    for f in found {
         println!(
-            "  {:<24} stream {:<8} {}{}",
+            "  {:<w$} stream {:<8} {}{}",
             s(&f["tag"]),
             s(&f["stream-class"]),
             if f["bootable"] == true {

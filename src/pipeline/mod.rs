@@ -5,6 +5,7 @@
 //! Each stage is a function with typed inputs; `commands::generate` only
 //! turns flags into [`Settings`] and calls [`run`].
 mod build;
+mod live;
 
 use crate::backend::{self, job::DiskJob, Chosen};
 use crate::oscontainer::OsInfo;
@@ -358,7 +359,7 @@ fn artifacts(
     b: &Builder,
     base: &Base,
     plan: &Plan,
-    osmets: &[build::Osmet],
+    osmets: &[live::Osmet],
     mut m: Meta,
 ) -> Result<Meta> {
     let (live_arts, disk_arts): (Vec<&PlanArtifact<u64>>, Vec<&PlanArtifact<u64>>) =

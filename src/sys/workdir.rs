@@ -71,21 +71,42 @@ mod tests {
         w.close().unwrap();
         assert!(!p.exists());
 
-        // A directory that cannot be emptied (a read-only parent of its
-        // content) fails to go and stays in the guard. Root ignores modes.
-        if unsafe_is_root() {
-            return;
-        }
+        // A directory that cannot be emptied fails to go and stays in the
+        // guard: for a user, a read-only parent of its content; for root,
+        // which ignores modes, a filesystem mounted inside it (EBUSY).
         let mut w = WorkDir::adopt(tempfile::tempdir().unwrap());
         let sub = w.path().join("ro");
         std::fs::create_dir(&sub).unwrap();
         std::fs::write(sub.join("f"), b"x").unwrap();
+        let root = unsafe_is_root();
+        let set = |args: &[&str]| {
+            let st = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .arg(&sub)
+                .status()
+                .unwrap();
+            assert!(st.success(), "{args:?} {}", sub.display());
+        };
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o555)).unwrap();
-        assert!(w.release().is_err());
-        assert!(w.is_held() && w.path().exists());
-        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if root {
+            set(&["mount", "-t", "tmpfs", "none"]);
+        } else {
+            std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        let failed = w.release().is_err();
+        let held = w.is_held() && w.path().exists();
+        if root {
+            set(&["umount"]);
+        } else {
+            std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        assert!(
+            failed,
+            "release of a directory that cannot be emptied succeeded"
+        );
+        assert!(held, "a failed release let go of the directory");
         w.close().unwrap();
+        assert!(!sub.exists());
     }
 
     fn unsafe_is_root() -> bool {

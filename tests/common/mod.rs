@@ -60,6 +60,53 @@ pub fn generate_logged(root: &Path, args: &[&str]) -> (PathBuf, Value, String) {
     (out, meta, log)
 }
 
+/// One `generate` run that a test target's tests share.
+pub struct Built {
+    /// `scratch(name)`: the run's cache, output and raw disks are under it.
+    pub root: PathBuf,
+    /// `ROOT/out`, the output directory.
+    pub out: PathBuf,
+    /// `ROOT/raw`, the raw disks (`--debug-raw-dir`), when asked for.
+    pub raw: PathBuf,
+    pub meta: Value,
+    pub log: String,
+}
+
+impl Built {
+    /// The file of meta.json's image `key`.
+    pub fn artifact(&self, key: &str) -> PathBuf {
+        image_file(&self.meta, &self.out, key)
+    }
+}
+
+/// `generate ARGS` once per `cell` ([`generate_logged`]), into a fresh
+/// `scratch(name)`; with `raw`, the raw disks are kept in ROOT/raw.
+pub fn built_once(
+    cell: &'static OnceLock<Built>,
+    name: &str,
+    args: &[&str],
+    raw: bool,
+) -> &'static Built {
+    cell.get_or_init(|| {
+        let root = scratch(name);
+        let _ = std::fs::remove_dir_all(&root);
+        let raw_dir = root.join("raw");
+        let raw_s = raw_dir.to_str().unwrap().to_string();
+        let mut a = args.to_vec();
+        if raw {
+            a.extend(["--debug-raw-dir", &raw_s]);
+        }
+        let (out, meta, log) = generate_logged(&root, &a);
+        Built {
+            root,
+            out,
+            raw: raw_dir,
+            meta,
+            log,
+        }
+    })
+}
+
 /// `gzip -dc SRC > DST`.
 pub fn gunzip(src: &Path, dst: &Path) {
     must(Command::new("sh").arg("-c").arg(format!(
@@ -163,7 +210,7 @@ pub fn fixture() -> &'static (PathBuf, Value) {
     F.get_or_init(|| {
         let out = Command::new("bash")
             .arg(top().join("fixtures/build.sh"))
-            .env("FIXTURE_TOOL", env!("CARGO_BIN_EXE_bootimage-fixture"))
+            .env("FIXTURE_TOOL", fixture_tool_path())
             .stderr(Stdio::inherit())
             .output()
             .expect("running fixtures/build.sh");
@@ -216,8 +263,21 @@ pub fn oci(tag: &str) -> String {
     format!("oci:{}:{tag}", fixture_dir().join("oci").display())
 }
 
+/// The fixture tool's binary (crates/bootimage-fixture, a package of its
+/// own: `cargo test --workspace` builds it for its own tests, and the
+/// suite compiles the workspace).
+pub fn fixture_tool_path() -> PathBuf {
+    let p = top().join("target/release/bootimage-fixture");
+    assert!(
+        p.is_file(),
+        "{} is missing: cargo build --release --workspace --bins",
+        p.display()
+    );
+    p
+}
+
 pub fn fixture_tool() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_bootimage-fixture"))
+    Command::new(fixture_tool_path())
 }
 
 /// Run a helper command, fail the test with its stderr if it fails, and

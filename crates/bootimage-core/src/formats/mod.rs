@@ -9,8 +9,8 @@ pub mod vhd;
 pub mod vhdx;
 pub mod vmdk;
 
-use crate::io::compress::ChunkCache;
-use crate::io::view::DiskView;
+use crate::io::compress::{self, ChunkCache, Compressor, Written};
+use crate::io::view::{DiskView, FileView, Precompressed, Remapped};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -206,4 +206,65 @@ pub fn encode(
         }
     }
     Ok(None)
+}
+
+/// What [`write`] produced.
+#[derive(Debug)]
+pub enum Produced {
+    /// A compressed stream, or a raw disk written sparse: the output's and
+    /// the content's sizes and hashes.
+    Stream(Written),
+    /// The format's file as encoded (never compressed again; SPEC 3): its
+    /// hash is the file's.
+    Encoded,
+}
+
+/// The one entry of every disk format: encode `view` as `format` and
+/// compress the result with `kind` at `level` into `out`. Raw disks and
+/// fixed VHDs are compressed straight from the view; qcow2, VMDK and VHDX
+/// are encoded to a scratch file under `c.work`, then compressed (a qcow2's
+/// base chunks reuse the raw disks' compressed forms through `c.chunks`, a
+/// VMDK's grains are already deflated, so no match search on them).
+/// `Compressor::None` gives the file as encoded (a raw disk: sparse).
+pub fn write(
+    format: Format,
+    view: &dyn DiskView,
+    out: &Path,
+    c: &EncodeCtx,
+    kind: Compressor,
+    level: u32,
+    prog: &(dyn Fn(u64) + Sync),
+) -> Result<Produced> {
+    let compressed = kind != Compressor::None;
+    let stream = |input: &dyn DiskView, prog: &(dyn Fn(u64) + Sync)| {
+        compress::compress_view_cached(kind, level, input, out, c.threads, prog, c.chunks)
+    };
+    Ok(match format {
+        Format::Raw => Produced::Stream(stream(view, prog)?),
+        Format::Vhd if compressed => Produced::Stream(stream(&vhd::VhdView::new(view)?, prog)?),
+        _ if compressed => {
+            let enc = c.work.join(format!("{}.encoded", c.platform));
+            let shared = encode(format, view, &enc, c, prog)?;
+            let ev = FileView::open(&enc)?;
+            let remapped = shared.as_ref().map(|s| Remapped {
+                inner: &ev,
+                start: s.start,
+                align: s.align,
+                blocks: &s.blocks,
+            });
+            let pre = Precompressed(&ev);
+            let input: &dyn DiskView = match (&remapped, format) {
+                (Some(r), _) => r,
+                (None, Format::Vmdk) => &pre,
+                _ => &ev,
+            };
+            let w = stream(input, &|_| {});
+            std::fs::remove_file(&enc).ok();
+            Produced::Stream(w?)
+        }
+        _ => {
+            encode(format, view, out, c, prog)?;
+            Produced::Encoded
+        }
+    })
 }
