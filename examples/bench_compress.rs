@@ -10,7 +10,7 @@
 //! Every run is a child process, so its peak RSS (from `wait4`) is its own.
 //! `--chunks` also tries other chunk sizes; `--quick` skips xz.
 use anyhow::{bail, Context, Result};
-use bootimage_gen::io::compress::{compress_view_chunked, Compressor};
+use bootimage_gen::io::compress::{compress_view, CompressOpts, Compressor};
 use bootimage_gen::io::view::FileView;
 use std::fs::File;
 use std::io::Read;
@@ -136,15 +136,8 @@ fn one(a: &[String]) -> Result<()> {
     let chunk: usize = a[2].parse()?;
     let view = FileView::open(Path::new(&a[3]))?;
     let threads: usize = a[5].parse()?;
-    compress_view_chunked(
-        kind,
-        level,
-        chunk,
-        &view,
-        Path::new(&a[4]),
-        threads,
-        &|_| {},
-    )?;
+    let opts = CompressOpts::new(kind, level, threads).with_chunk(chunk);
+    compress_view(&view, Path::new(&a[4]), &opts, &|_| {})?;
     // Our own peak RSS, for the parent (the wait4 figure also covers the
     // parent's memory: a vfork'ed child's exec keeps the old high-water mark).
     let status = std::fs::read_to_string("/proc/self/status")?;

@@ -116,7 +116,8 @@ fn main() -> Result<()> {
     if let Some(ova) = ova {
         let mut p = OvaParams::new("bench-1.0", "rhel9_64Guest", 15, true, "1.0");
         p.product = Some("bench".into());
-        let s = write_ova(&FileView::open(&raw)?, &ova, &p, threads, &|_| {})?;
+        p.vmdk.threads = threads;
+        let s = write_ova(&FileView::open(&raw)?, &ova, &p, &|_| {})?;
         println!("wrote {}: {s:?}", ova.display());
     }
     Ok(())
@@ -133,9 +134,9 @@ fn one(args: &[String]) -> Result<()> {
         Path::new(out),
         &VmdkOptions {
             compression_level: level.parse()?,
+            threads: threads.parse()?,
             ..Default::default()
         },
-        threads.parse()?,
         &|_| {},
     )?;
     Ok(())

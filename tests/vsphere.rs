@@ -205,14 +205,15 @@ fn make_ova_sized(
     }
     let view = FileView::open(&raw).unwrap();
     let ova = dir.join(format!("{name}.ova"));
-    let p = OvaParams::new(
+    let mut p = OvaParams::new(
         format!("rhcos-{version}"),
         "rhel9_64Guest",
         15,
         secure_boot,
         version,
     );
-    write_ova(&view, &ova, &p, 1, &|_| {}).unwrap();
+    p.vmdk.threads = 1;
+    write_ova(&view, &ova, &p, &|_| {}).unwrap();
     let o = bootimage_gen::publish::vsphere::read_ova(&ova).unwrap();
     let mut f = std::fs::File::open(&ova).unwrap();
     let mut vmdk = vec![0u8; o.disk_size as usize];

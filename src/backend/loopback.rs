@@ -145,27 +145,28 @@ impl DiskJob {
             };
             let stub = vec![(format!("EFI/{vendor}/grub.cfg"), stub_cfg)];
             let esp_p = layout.part("EFI-SYSTEM").clone();
+            let esp_opts = esp::EspOptions {
+                size: esp_p.size,
+                sector_size: 512,
+                volume_id: ESP_VOLUME_ID,
+                label: "EFI-SYSTEM",
+                efi_src: &efi_src,
+                extra: &stub,
+            };
             esp::build_esp(
-                &file,
-                esp_p.start,
-                esp_p.size,
-                512,
-                ESP_VOLUME_ID,
-                "EFI-SYSTEM",
-                &efi_src,
-                &stub,
+                esp::EspTarget::Region {
+                    disk: &file,
+                    offset: esp_p.start,
+                },
+                &esp_opts,
             )?;
             let esp4k = if self.esp4k {
                 let p = self.work.join("esp4k.img");
-                esp::build_esp_file(
-                    &p,
-                    esp_p.size,
-                    4096,
-                    ESP_VOLUME_ID,
-                    "EFI-SYSTEM",
-                    &efi_src,
-                    &stub,
-                )?;
+                let opts = esp::EspOptions {
+                    sector_size: 4096,
+                    ..esp_opts
+                };
+                esp::build_esp(esp::EspTarget::Image(&p), &opts)?;
                 Some(p)
             } else {
                 None
@@ -480,17 +481,19 @@ impl DiskJob {
         let size = live::iso::efiboot_size(&efi_tree, 2 * stub.len() as u64)?;
         let volid_hash = crate::util::sha256_hex(volid.as_bytes());
         let fat_id = u32::from_str_radix(&volid_hash[..8], 16).expect("hex");
-        esp::build_esp_file(
-            &efiboot,
-            size,
-            512,
-            fat_id,
-            live::iso::EFIBOOT_LABEL,
-            &efi_tree,
-            &[
-                (format!("EFI/{vendor}/grub.cfg"), stub.clone().into_bytes()),
-                ("EFI/BOOT/grub.cfg".to_string(), stub.into_bytes()),
-            ],
+        esp::build_esp(
+            esp::EspTarget::Image(&efiboot),
+            &esp::EspOptions {
+                size,
+                sector_size: 512,
+                volume_id: fat_id,
+                label: live::iso::EFIBOOT_LABEL,
+                efi_src: &efi_tree,
+                extra: &[
+                    (format!("EFI/{vendor}/grub.cfg"), stub.clone().into_bytes()),
+                    ("EFI/BOOT/grub.cfg".to_string(), stub.into_bytes()),
+                ],
+            },
         )?;
         std::fs::remove_dir_all(&efi_tree).ok();
         Ok(efiboot)

@@ -19,10 +19,45 @@ pub enum Backend {
     Nokvm,
 }
 
+/// Where a run's privileged steps run: chosen once ([`choose`]), then
+/// matched on, never compared by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runner {
+    /// This host, with loop devices and mounts.
+    Loopback,
+    /// A throw-away VM under KVM.
+    Kvm,
+    /// A throw-away VM, emulated (TCG).
+    Nokvm,
+}
+
+impl Runner {
+    /// Its `--backend` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runner::Loopback => "loopback",
+            Runner::Kvm => "kvm",
+            Runner::Nokvm => "nokvm",
+        }
+    }
+
+    /// Whether the steps run in a VM ([`vm`]).
+    pub fn in_vm(self) -> bool {
+        self != Runner::Loopback
+    }
+}
+
+impl std::fmt::Display for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The backend chosen for a run, and why.
 #[derive(Debug, Clone, Serialize)]
 pub struct Chosen {
-    pub name: &'static str,
+    pub name: Runner,
     pub reason: String,
 }
 
@@ -64,7 +99,7 @@ pub fn choose(b: Backend) -> Result<Chosen> {
     match b {
         Backend::Loopback => match loopback_missing() {
             None => Ok(Chosen {
-                name: "loopback",
+                name: Runner::Loopback,
                 reason: "--backend loopback".into(),
             }),
             Some(why) => bail!(
@@ -73,8 +108,8 @@ pub fn choose(b: Backend) -> Result<Chosen> {
         },
         Backend::Kvm | Backend::Nokvm => {
             let (name, kvm) = match b {
-                Backend::Kvm => ("kvm", true),
-                _ => ("nokvm", false),
+                Backend::Kvm => (Runner::Kvm, true),
+                _ => (Runner::Nokvm, false),
             };
             match vm_missing(kvm) {
                 None => Ok(Chosen {
@@ -90,7 +125,7 @@ pub fn choose(b: Backend) -> Result<Chosen> {
         Backend::Auto => {
             let Some(no_loop) = loopback_missing() else {
                 return Ok(Chosen {
-                    name: "loopback",
+                    name: Runner::Loopback,
                     reason: "auto: running as root with loop devices".into(),
                 });
             };
@@ -99,14 +134,34 @@ pub fn choose(b: Backend) -> Result<Chosen> {
             }
             match vm_missing(true) {
                 None => Ok(Chosen {
-                    name: "kvm",
+                    name: Runner::Kvm,
                     reason: format!("auto: the loopback backend cannot run ({no_loop}); /dev/kvm is usable"),
                 }),
                 Some(no_kvm) => Ok(Chosen {
-                    name: "nokvm",
+                    name: Runner::Nokvm,
                     reason: format!("auto: the loopback backend cannot run ({no_loop}) and {no_kvm}: emulating the VM (slow)"),
                 }),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chosen runner reads as its `--backend` name in the dry run's
+    /// JSON and in messages, and only the VM runners are in a VM.
+    #[test]
+    fn runners_read_as_their_backend_names() {
+        for (r, name, vm) in [
+            (Runner::Loopback, "loopback", false),
+            (Runner::Kvm, "kvm", true),
+            (Runner::Nokvm, "nokvm", true),
+        ] {
+            assert_eq!(serde_json::to_value(r).unwrap(), name);
+            assert_eq!(r.to_string(), name);
+            assert_eq!(r.in_vm(), vm, "{name}");
         }
     }
 }

@@ -47,7 +47,7 @@ fn run_all_streams(a: GenerateArgs) -> Result<()> {
     let mut input = a.input.clone();
     input.os_stream = None;
     let settings = super::input_settings(&input)?;
-    let loaded = super::block_on(crate::plan::input::load(&settings, false))?;
+    let loaded = super::block_on(crate::pipeline::load::load(&settings, false))?;
     let found = &loaded.resolved.os_images;
     let picks = osimages::all_streams(found);
     if picks.is_empty() {

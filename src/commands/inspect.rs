@@ -2,7 +2,7 @@
 //! (schema `bootimage-gen/inspect/v1`, documented in docs/inspect-json.md).
 use crate::cli::InspectArgs;
 use crate::oscontainer::config::Setting;
-use crate::plan::input::{load, Loaded};
+use crate::pipeline::load::{load, Loaded};
 use anyhow::Result;
 use serde_json::{json, Value};
 
@@ -154,7 +154,7 @@ fn s(v: &Value) -> String {
 }
 
 /// The manifest list a reference named and the entry chosen, if any.
-fn index_row(row: &dyn Fn(&str, String), index: &Value) {
+fn index_row(index: &Value) {
     if let Some(i) = index.as_object() {
         row(
             "manifest list",
@@ -168,15 +168,30 @@ fn index_row(row: &dyn Fn(&str, String), index: &Value) {
     }
 }
 
+/// One `key value` line of the text report.
+fn row(k: &str, v: String) {
+    println!("  {k:<18} {v}");
+}
+
+/// The text report, section by section (the same document as `--json`).
 fn print_text(d: &Value) {
-    let row = |k: &str, v: String| println!("  {k:<18} {v}");
+    print_release(d);
+    print_os_images(d);
+    print_os(&d["os"]);
+    print_config(&d["bootimage-config"]);
+    print_amis(d);
+}
+
+fn print_release(d: &Value) {
     println!("Release");
     row("reference", s(&d["release"]["reference"]));
     row("version", s(&d["release"]["version"]));
     row("digest", s(&d["release"]["digest"]));
-    index_row(&row, &d["release"]["index"]);
+    index_row(&d["release"]["index"]);
     row("architecture", s(&d["release"]["architecture"]));
-    let o = &d["os"];
+}
+
+fn print_os_images(d: &Value) {
     println!("OS images (tags matching the MCO's OS pattern, and machine-os-content)");
     let found = d["os-images"]
         .as_array()
@@ -201,6 +216,9 @@ fn print_text(d: &Value) {
             }
         );
     }
+}
+
+fn print_os(o: &Value) {
     println!("OS image");
     row("tag", s(&o["tag"]));
     row("stream", s(&o["stream-class"]));
@@ -208,7 +226,7 @@ fn print_text(d: &Value) {
     row("pullspec", s(&o["pullspec"]));
     row("read from", s(&o["source"]));
     row("digest", s(&o["digest"]));
-    index_row(&row, &o["index"]);
+    index_row(&o["index"]);
     row("format", s(&o["format"]));
     row("ostree commit", s(&o["commit"]));
     if let Some(n) = o["derived-layers"].as_u64() {
@@ -243,7 +261,10 @@ fn print_text(d: &Value) {
             "no (pass --import to read the OS itself)".into()
         },
     );
-    match &d["bootimage-config"] {
+}
+
+fn print_config(config: &Value) {
+    match config {
         Value::Null => println!("Bootimage configuration\n  (not read: pass --import)"),
         c => {
             let src: Vec<String> = c["sources"]
@@ -334,6 +355,9 @@ fn print_text(d: &Value) {
             );
         }
     }
+}
+
+fn print_amis(d: &Value) {
     println!("AMIs pinned by the release");
     match d["pinned-amis"].as_array() {
         Some(a) if !a.is_empty() => {

@@ -147,14 +147,18 @@ mod tests {
                 efi_stub_cfg().into_bytes(),
             )];
             crate::fs::fat::build_esp(
-                f.as_file(),
-                esp.start,
-                esp.size,
-                ss as u16,
-                VOLID,
-                "EFI-SYSTEM",
-                src.path(),
-                &extra,
+                crate::fs::fat::EspTarget::Region {
+                    disk: f.as_file(),
+                    offset: esp.start,
+                },
+                &crate::fs::fat::EspOptions {
+                    size: esp.size,
+                    sector_size: ss as u16,
+                    volume_id: VOLID,
+                    label: "EFI-SYSTEM",
+                    efi_src: src.path(),
+                    extra: &extra,
+                },
             )
             .unwrap();
             let hello = format!("UEFI-GRUB-CONSOLE-OK-{ss}");

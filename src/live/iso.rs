@@ -568,14 +568,16 @@ mod tests {
         assert_eq!(volid.len(), 32);
         let stub = efiboot_stub_cfg(&volid, "vendor");
         let size = efiboot_size(&efi, stub.len() as u64).unwrap();
-        crate::fs::fat::build_esp_file(
-            &p("efiboot.img"),
-            size,
-            512,
-            0x1234_5678,
-            "EFIBOOT",
-            &efi,
-            &[("EFI/vendor/grub.cfg".into(), stub.into_bytes())],
+        crate::fs::fat::build_esp(
+            crate::fs::fat::EspTarget::Image(&p("efiboot.img")),
+            &crate::fs::fat::EspOptions {
+                size,
+                sector_size: 512,
+                volume_id: 0x1234_5678,
+                label: "EFIBOOT",
+                efi_src: &efi,
+                extra: &[("EFI/vendor/grub.cfg".into(), stub.into_bytes())],
+            },
         )
         .unwrap();
         let kargs = super::super::live_kargs(&["rw".to_string()], &volid).unwrap();

@@ -11,7 +11,7 @@ use crate::oscontainer::{OsFormat, OsInfo};
 use crate::plan::input::Input;
 use crate::plan::preflight::BootupdInfo;
 use crate::plan::{Plan, PlanArtifact};
-use crate::platforms;
+use crate::platforms::Upload;
 use crate::publish::meta::{self, ContainerImage, ImageEntry, Meta};
 use crate::publish::staged::Staged;
 use crate::util::{cancel, progress::Reporter};
@@ -275,7 +275,7 @@ impl Builder<'_> {
             )?,
         };
         cancel::check()?;
-        if let Some((aws, spec)) = self.aws.filter(|_| art.spec.name == platforms::AWS) {
+        if let Some((aws, spec)) = self.aws.filter(|_| art.spec.uploads_to(Upload::Aws)) {
             // The snapshot holds the same bytes the VMDK encodes.
             aws.register(&view, spec, self.r)?;
         }

@@ -6,14 +6,15 @@
 //! turns flags into [`Settings`] and calls [`run`].
 mod build;
 mod live;
+pub mod load;
 
-use crate::backend::{self, job::DiskJob, Chosen};
+use crate::backend::{self, job::DiskJob, Chosen, Runner};
 use crate::oscontainer::OsInfo;
-use crate::plan::input::{self, Loaded};
+use crate::plan::input;
 use crate::plan::preflight;
 use crate::plan::settings::Settings;
 use crate::plan::{DryPlan, Plan, PlanArtifact, PlanInput};
-use crate::platforms::{self, PlatformSpec};
+use crate::platforms::{PlatformSpec, Upload};
 use crate::publish::aws;
 use crate::publish::meta::{self, Meta};
 use crate::sys::workdir::WorkDir;
@@ -21,6 +22,7 @@ use crate::util::space::{self, Place};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{bail, Context, Result};
 use build::{Base, Builder};
+use load::Loaded;
 
 /// What a run built from: its OS stream key
 /// ([`crate::release::osimages::stream_key`]).
@@ -184,7 +186,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
 /// Stages resolve and import: the release, its OS image, and the OS commit
 /// in the cache (not imported for a dry run unless already cached).
 fn resolve_and_import(s: &Settings) -> Result<Loaded> {
-    let loaded = cancel::block_on(input::load(&s.input, !s.dry_run))?;
+    let loaded = cancel::block_on(load::load(&s.input, !s.dry_run))?;
     if let Some((rec, _)) = loaded
         .import
         .as_ref()
@@ -274,7 +276,7 @@ fn deployer(
         .read_file(&os.commit, buildroot::PREPARE_ROOT_CONF)?
         .is_some_and(|c| buildroot::composefs_required(&String::from_utf8_lossy(&c)));
     let mut details = serde_json::Map::new();
-    let vm = plan.backend.name != "loopback";
+    let vm = plan.backend.name.in_vm();
     if ships && s.deploy_with_os {
         let step = reporter.step("buildroot");
         let b = Buildroot::prepare(&loaded.cache.dir, repo, &os.commit, &plan.release.arch)?;
@@ -347,8 +349,9 @@ fn base_disk(
     reporter: &Reporter,
 ) -> Result<Base> {
     let out = match plan.backend.name {
-        "loopback" => job.run(reporter)?,
-        _ => backend::vm::run(job, &s.vm, plan.backend.name, &loaded.cache.dir, reporter)?,
+        Runner::Loopback => job.run(reporter)?,
+        Runner::Kvm => backend::vm::run(job, &s.vm, true, &loaded.cache.dir, reporter)?,
+        Runner::Nokvm => backend::vm::run(job, &s.vm, false, &loaded.cache.dir, reporter)?,
     };
     Base::open(out, &job.disk.arch, job.disk.metal_size)
 }
@@ -414,7 +417,11 @@ fn publish_metadata(
         });
     }
     let pinned = &loaded.resolved.pinned_amis;
-    if plan.artifacts.iter().any(|x| x.spec.name == platforms::AWS) {
+    if plan
+        .artifacts
+        .iter()
+        .any(|x| x.spec.uploads_to(Upload::Aws))
+    {
         // The release's own AMIs (SPEC 6.3); their `release` (in stream.json)
         // may be older than the OS built here.
         for p in pinned {

@@ -6,7 +6,7 @@ use super::{Plan, PlanArtifact};
 use crate::backend::job::{OS_EFI_DIR, OS_GRUB_BIOS_DIR};
 use crate::live::{self, iso::Syslinux};
 use crate::oscontainer::OsInfo;
-use crate::platforms::{self, Format, PlatformSpec};
+use crate::platforms::{self, Format, PlatformSpec, Upload};
 use crate::util::progress::Reporter;
 use crate::util::space::{describe_fs, mib, Place};
 use anyhow::{bail, Context, Result};
@@ -24,7 +24,11 @@ pub fn aws_preflight(
     os: &OsInfo,
     r: &Reporter,
 ) -> Result<crate::publish::aws::AmiSpec> {
-    if !plan.artifacts.iter().any(|x| x.spec.name == platforms::AWS) {
+    if !plan
+        .artifacts
+        .iter()
+        .any(|x| x.spec.uploads_to(Upload::Aws))
+    {
         bail!("--aws-register needs the aws platform, which is not planned (the release's stream does not list it); name aws explicitly");
     }
     let spec = crate::publish::aws::AmiSpec::new(

@@ -5,7 +5,7 @@ use super::input::Input;
 use super::preflight::{self, ALL};
 use crate::backend::{self, vm::VmArgs};
 use crate::io::compress::Compressor;
-use crate::platforms::{self, PlatformSpec};
+use crate::platforms::{PlatformSpec, Upload};
 use crate::publish::aws;
 use crate::util::progress::Progress;
 use anyhow::{bail, Result};
@@ -60,7 +60,7 @@ impl Settings {
         let named = preflight::parse_platforms(&f.platforms)?;
         let all = f.platforms.iter().any(|p| p == ALL);
         let aws_settings = aws::Settings::from_args(&f.aws)?;
-        if aws_settings.is_some() && !named.iter().any(|p| p.name == platforms::AWS) && !all {
+        if aws_settings.is_some() && !named.iter().any(|p| p.uploads_to(Upload::Aws)) && !all {
             bail!(
                 "--aws-register registers the aws disk: add the aws platform (or all) to the platforms"
             );

@@ -76,6 +76,24 @@ pub struct PlatformSpec {
     /// GRUB serial lines, and kernel arguments.
     pub default_serial: bool,
     pub default_kargs: &'static [&'static str],
+    /// Where `generate` can also publish this platform's disk besides the
+    /// output directory (`--aws-register`), chosen here once.
+    pub upload: Option<Upload>,
+}
+
+/// A publish target a platform's disk can go to from `generate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Upload {
+    /// An EBS snapshot registered as an AMI (SPEC 6.3, `--aws-register`).
+    Aws,
+}
+
+impl PlatformSpec {
+    /// Whether this platform's disk can go to `target`.
+    pub fn uploads_to(&self, target: Upload) -> bool {
+        self.upload == Some(target)
+    }
 }
 
 /// The GRUB lines of a serial console (SPEC 3, "S").
@@ -116,6 +134,7 @@ const fn disk(
         built: true,
         default_serial,
         default_kargs,
+        upload: None,
     }
 }
 
@@ -166,16 +185,19 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         true,
         TTYS0_FIRST,
     ),
-    disk(
-        "aws",
-        "vmdk",
-        Format::Vmdk,
-        true,
-        X86_ARM,
-        X86_ARM,
-        true,
-        TTY0_FIRST,
-    ),
+    PlatformSpec {
+        upload: Some(Upload::Aws),
+        ..disk(
+            AWS,
+            "vmdk",
+            Format::Vmdk,
+            true,
+            X86_ARM,
+            X86_ARM,
+            true,
+            TTY0_FIRST,
+        )
+    },
     disk(
         "vmware",
         "ova",
@@ -499,6 +521,26 @@ pub fn meta_keys() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The publish target is the table's: only the aws disk goes to AWS,
+    /// and `platforms --json` says so.
+    #[test]
+    fn only_aws_uploads_to_aws() {
+        let to_aws: Vec<&str> = PLATFORMS
+            .iter()
+            .filter(|p| p.uploads_to(Upload::Aws))
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(to_aws, [AWS]);
+        let json = serde_json::to_value(PLATFORMS).unwrap();
+        let aws = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == AWS)
+            .unwrap();
+        assert_eq!(aws["upload"], "aws");
+    }
 
     #[test]
     fn table_is_consistent() {

@@ -633,6 +633,9 @@ impl Vm {
         };
         self.record(&outcome, elapsed, retry_of);
         let fault = outcome.emulator_fault().filter(|_| retry_of.is_none());
+        if fault.is_some() {
+            keep_for_the_suite(&name, &serial, &fw_log, &qemu_out);
+        }
         let fail = |reason: String| {
             let out = fs::read_to_string(&qemu_out).unwrap_or_default();
             let fw = fs::read(&fw_log).map(|b| clean(&b)).unwrap_or_default();
@@ -1391,4 +1394,23 @@ fn failure_text(
         tail(log, LOG_TAIL_LINES)
     ));
     s
+}
+
+/// A boot that gets a second attempt (an emulator fault?) passes or fails
+/// on that attempt, and a passing test's stderr is not kept: its whole
+/// console, firmware log and qemu output go next to the suite's boot record
+/// (`<dir>/retried/<name>.{serial,firmware,qemu}.log`), so what the guest
+/// did is there to read after the run.
+fn keep_for_the_suite(name: &str, serial: &Path, fw_log: &Path, qemu_out: &Path) {
+    let Some(record) = std::env::var_os("SUITE_BOOT_RECORD") else {
+        return;
+    };
+    let Some(dir) = Path::new(&record).parent().map(|d| d.join("retried")) else {
+        return;
+    };
+    let _ = fs::create_dir_all(&dir);
+    for (from, what) in [(serial, "serial"), (fw_log, "firmware"), (qemu_out, "qemu")] {
+        let _ = fs::copy(from, dir.join(format!("{name}.{what}.log")));
+    }
+    eprintln!("boot {name}: its logs are kept in {}", dir.display());
 }

@@ -532,11 +532,11 @@ impl Drop for Vm {
     }
 }
 
-/// Run `job` in a VM (`backend` is `kvm` or `nokvm`).
+/// Run `job` in a VM: under KVM with `kvm`, else emulated (TCG).
 pub fn run(
     job: &DiskJob,
     args: &VmArgs,
-    backend: &str,
+    kvm: bool,
     cache_dir: &Path,
     r: &Reporter,
 ) -> Result<DiskOutput> {
@@ -573,7 +573,6 @@ pub fn run(
     let result = vmdir.join("result.json");
     let console = vmdir.join("console.log");
 
-    let kvm = backend == "kvm";
     let cpus = args
         .vm_cpus
         .unwrap_or_else(|| (crate::util::threads(0) as u32).min(4));

@@ -49,7 +49,7 @@
 //! A disk that ends in a hole gets a last entry of length 0 at the disk's
 //! size, as GNU tar writes it, so that extraction restores the full size.
 use crate::io::buffers::is_zero;
-use crate::io::compress::{compress_view, Compressor, Written};
+use crate::io::compress::{compress_view, CompressOpts, Compressor, Written};
 use crate::io::sparse::clamped_extents;
 use crate::io::view::DiskView;
 use anyhow::{ensure, Context, Result};
@@ -129,43 +129,26 @@ pub struct GcpStats {
 }
 
 /// Write `view` as a GCP image tarball at `out` (created or truncated,
-/// fsynced; no temporary name: the caller renames), the member's mtime
-/// being now. `threads` gzip workers (0: one per CPU). `progress` gets the
-/// disk bytes done so far, out of `view.len()`.
+/// fsynced; no temporary name: the caller renames). The member's mtime is
+/// `mtime`, Unix seconds (`None`: now); given, it makes the output
+/// reproducible, depending only on the disk's content and `mtime`.
+/// `threads` gzip workers (0: one per CPU). `progress` gets the disk bytes
+/// done so far, out of `view.len()`.
 pub fn write_gcp_tar_gz(
     view: &dyn DiskView,
     out: &Path,
+    mtime: Option<u64>,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<GcpStats> {
-    let now = chrono::Utc::now().timestamp().max(0) as u64;
-    write_gcp_tar_gz_at(view, out, now, threads, progress)
-}
-
-/// [`write_gcp_tar_gz`] with the member's mtime (Unix seconds) given, for
-/// reproducible output: the result depends only on the disk's content and
-/// `mtime`.
-pub fn write_gcp_tar_gz_at(
-    view: &dyn DiskView,
-    out: &Path,
-    mtime: u64,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<GcpStats> {
+    let mtime = mtime.unwrap_or_else(|| chrono::Utc::now().timestamp().max(0) as u64);
     let ctx = || format!("writing GCP tarball {}", out.display());
     let map = sparse_map(view).with_context(ctx)?;
     let tar = TarView::new(view, map, mtime).with_context(ctx)?;
     let disk_len = view.len();
     let tar_progress = |n: u64| progress(tar.disk_offset(n).min(disk_len));
-    let written = compress_view(
-        Compressor::Gzip,
-        GZIP_LEVEL,
-        &tar,
-        out,
-        threads,
-        &tar_progress,
-    )
-    .with_context(ctx)?;
+    let opts = CompressOpts::new(Compressor::Gzip, GZIP_LEVEL, threads);
+    let written = compress_view(&tar, out, &opts, &tar_progress).with_context(ctx)?;
     let stats = GcpStats {
         written,
         disk_size: disk_len,
@@ -646,7 +629,7 @@ with tarfile.open(sys.argv[1], "r:gz") as tf:
 
     fn write(view: &dyn DiskView, out: &Path, threads: usize) -> GcpStats {
         let last = AtomicU64::new(0);
-        let s = write_gcp_tar_gz_at(view, out, MTIME, threads, &|n| {
+        let s = write_gcp_tar_gz(view, out, Some(MTIME), threads, &|n| {
             assert!(n >= last.load(Ordering::Relaxed), "progress went back");
             assert!(n <= view.len());
             last.store(n, Ordering::Relaxed);
@@ -850,7 +833,7 @@ with tarfile.open(sys.argv[1], "r:gz") as tf:
         let fx = fixture(dir.path(), 8 * MIB);
         let view = FileView::open(&fx.base).unwrap();
         let out = dir.path().join("no/such/x.tar.gz");
-        let err = write_gcp_tar_gz(&view, &out, 2, &|_| {}).unwrap_err();
+        let err = write_gcp_tar_gz(&view, &out, None, 2, &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("no/such/x.tar.gz"), "{err:#}");
     }
 

@@ -142,9 +142,11 @@ pub fn encode(
         Format::Vmdk => {
             let opts = vmdk::VmdkOptions {
                 extent_name: Some(c.file.to_string()),
+                threads: c.threads,
+                cache: c.chunks,
                 ..Default::default()
             };
-            vmdk::write_vmdk_cached(view, out, &opts, c.threads, prog, c.chunks)?;
+            vmdk::write_vmdk(view, out, &opts, prog)?;
         }
         Format::Vhd => {
             vhd::write_vhd(view, out, prog)?;
@@ -154,7 +156,7 @@ pub fn encode(
         }
         Format::Ova { template } => {
             let vm_name = format!("{}-{}", c.name, c.version);
-            let p = match template {
+            let mut p = match template {
                 OvfTemplate::Vmware => ova::OvaParams::new(
                     vm_name,
                     c.vmware.os_type.clone(),
@@ -164,10 +166,12 @@ pub fn encode(
                 ),
                 OvfTemplate::Virtualbox => ova::OvaParams::virtualbox(vm_name, c.version),
             };
-            ova::write_ova_cached(view, out, &p, c.threads, prog, c.chunks)?;
+            p.vmdk.threads = c.threads;
+            p.vmdk.cache = c.chunks;
+            ova::write_ova(view, out, &p, prog)?;
         }
         Format::GcpTar => {
-            gcp::write_gcp_tar_gz(view, out, c.threads, prog)?;
+            gcp::write_gcp_tar_gz(view, out, None, c.threads, prog)?;
         }
         Format::PowerVsOva => {
             let image = format!("{}-{}", c.name, c.version);
@@ -237,7 +241,8 @@ pub fn write(
 ) -> Result<Produced> {
     let compressed = kind != Compressor::None;
     let stream = |input: &dyn DiskView, prog: &(dyn Fn(u64) + Sync)| {
-        compress::compress_view_cached(kind, level, input, out, c.threads, prog, c.chunks)
+        let opts = compress::CompressOpts::new(kind, level, c.threads).with_cache(c.chunks);
+        compress::compress_view(input, out, &opts, prog)
     };
     Ok(match format {
         Format::Raw => Produced::Stream(stream(view, prog)?),

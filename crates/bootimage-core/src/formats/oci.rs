@@ -17,7 +17,7 @@
 //!
 //! KubeVirt's containerDisk reads the first disk image under `/disk`
 //! (kubevirt `docs/container-register-disks.md`).
-use crate::io::compress::{compress_view, Compressor};
+use crate::io::compress::{compress_view, CompressOpts, Compressor};
 use crate::io::view::{Composite, FileView, Patch};
 use crate::util::sha256_hex;
 use anyhow::{Context, Result};
@@ -96,14 +96,8 @@ fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> R
         .prefix(".layer-")
         .suffix(".tar.gz")
         .tempfile_in(work)?;
-    let w = compress_view(
-        Compressor::Gzip,
-        LAYER_GZIP_LEVEL,
-        &view,
-        layer_gz.path(),
-        threads,
-        &|_| {},
-    )?;
+    let opts = CompressOpts::new(Compressor::Gzip, LAYER_GZIP_LEVEL, threads);
+    let w = compress_view(&view, layer_gz.path(), &opts, &|_| {})?;
     drop(view);
     drop(head_view);
     head_file.close()?;

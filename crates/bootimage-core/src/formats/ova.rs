@@ -25,9 +25,8 @@
 //!   Ignition properties read through the `com.vmware.guestInfo` transport.
 //!   Within each `Item` the `rasd:` elements are in the alphabetical order
 //!   the CIM RASD schema's sequence requires.
-use super::vmdk::{write_vmdk_cached, VmdkOptions, VmdkStats};
+use super::vmdk::{write_vmdk, VmdkOptions, VmdkStats};
 use super::OvfTemplate;
-use crate::io::compress::ChunkCache;
 use crate::io::view::DiskView;
 use crate::util::sha256::Sha256;
 use crate::util::xml::esc;
@@ -85,9 +84,10 @@ const USTAR_MAX_SIZE: u64 = (1 << 33) - 1;
 /// Copy buffer for the VMDK member.
 const COPY_BUFFER: usize = 4 << 20;
 
-/// What goes into the OVF descriptor and the archive.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OvaParams {
+/// What goes into the OVF descriptor and the archive, and how the disk is
+/// encoded.
+#[derive(Debug, Clone)]
+pub struct OvaParams<'a> {
     /// VirtualSystem id and name, e.g. `rhcos-<version>`.
     pub vm_name: String,
     /// `vmw:osType`, image.json `vmware-os-type` (e.g. `rhel9_64Guest`).
@@ -109,14 +109,15 @@ pub struct OvaParams {
     pub mtime: u64,
     /// Add `coreos.mf` (SHA-256 of the descriptor and the disk).
     pub manifest: bool,
-    /// How the disk is encoded (cosa: lsilogic, compat6); the extent name
-    /// is always `disk.vmdk`.
-    pub vmdk: VmdkOptions,
+    /// How the disk is encoded (cosa: lsilogic, compat6), with how many
+    /// workers and which chunk cache; the extent name is always
+    /// `disk.vmdk`.
+    pub vmdk: VmdkOptions<'a>,
     /// Which descriptor: cosa's vmware or virtualbox template.
     pub template: OvfTemplate,
 }
 
-impl OvaParams {
+impl OvaParams<'_> {
     /// cosa's defaults: 2 vCPU, 4096 MiB, a manifest, lsilogic/compat6
     /// disk, members dated now.
     pub fn new(
@@ -209,40 +210,24 @@ impl From<&VmdkStats> for OvfDisk {
 }
 
 /// Write `view` as an OVA to `out` (created or truncated, then fsynced;
-/// the caller renames). `threads` and `progress` are as for
-/// [`write_vmdk`]: progress counts input bytes encoded into the VMDK.
+/// the caller renames). The disk is encoded as `p.vmdk` says (workers,
+/// chunk cache; see [`write_vmdk`]); `progress` counts input bytes encoded
+/// into the VMDK.
 pub fn write_ova(
     view: &dyn DiskView,
     out: &Path,
     p: &OvaParams,
-    threads: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<OvaStats> {
-    write_ova_cached(view, out, p, threads, progress, None)
-}
-
-/// [`write_ova`], its VMDK's grains reused from and added to `cache` (see
-/// [`super::vmdk::write_vmdk_cached`]).
-pub fn write_ova_cached(
-    view: &dyn DiskView,
-    out: &Path,
-    p: &OvaParams,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-    cache: Option<&ChunkCache>,
 ) -> Result<OvaStats> {
     p.validate()?;
-    write(view, out, p, threads, progress, cache)
-        .with_context(|| format!("writing OVA {}", out.display()))
+    write(view, out, p, progress).with_context(|| format!("writing OVA {}", out.display()))
 }
 
 fn write(
     view: &dyn DiskView,
     out: &Path,
     p: &OvaParams,
-    threads: usize,
     progress: &(dyn Fn(u64) + Sync),
-    cache: Option<&ChunkCache>,
 ) -> Result<OvaStats> {
     let dir = match out.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -258,7 +243,7 @@ fn write(
         extent_name: Some(VMDK_NAME.into()),
         ..p.vmdk.clone()
     };
-    let vs = write_vmdk_cached(view, tmp.path(), &vmdk_opts, threads, progress, cache)?;
+    let vs = write_vmdk(view, tmp.path(), &vmdk_opts, progress)?;
     ensure!(
         vs.file_size <= USTAR_MAX_SIZE,
         "the VMDK is {} bytes, more than a ustar member can hold",
@@ -683,7 +668,7 @@ mod tests {
         )
     }
 
-    fn params() -> OvaParams {
+    fn params() -> OvaParams<'static> {
         let mut p = OvaParams::new(
             "rhcos-418.94.202410090804-0",
             "rhel9_64Guest",
@@ -726,7 +711,9 @@ mod tests {
         let out_dir = dir.path().join("out");
         std::fs::create_dir(&out_dir).unwrap();
         let ova = out_dir.join("rhcos-vmware.x86_64.ova");
-        let stats = write_ova(&FileView::open(&raw).unwrap(), &ova, p, 2, &|_| {}).unwrap();
+        let mut p = p.clone();
+        p.vmdk.threads = 2;
+        let stats = write_ova(&FileView::open(&raw).unwrap(), &ova, &p, &|_| {}).unwrap();
         let x = dir.path().join("x");
         std::fs::create_dir(&x).unwrap();
         run(
@@ -1075,20 +1062,16 @@ mod tests {
         let out = dir.path().join("x.ova");
         let mut p = params();
         p.os_type = " ".into();
-        let e = write_ova(&FileView::open(&raw).unwrap(), &out, &p, 1, &|_| {}).unwrap_err();
+        p.vmdk.threads = 1;
+        let e = write_ova(&FileView::open(&raw).unwrap(), &out, &p, &|_| {}).unwrap_err();
         assert!(format!("{e:#}").contains("OS type"), "{e:#}");
         assert!(!out.exists());
         // An empty disk fails in the VMDK writer; its temporary file goes.
         let empty = dir.path().join("empty.raw");
         File::create(&empty).unwrap();
-        let e = write_ova(
-            &FileView::open(&empty).unwrap(),
-            &out,
-            &params(),
-            1,
-            &|_| {},
-        )
-        .unwrap_err();
+        let mut p = params();
+        p.vmdk.threads = 1;
+        let e = write_ova(&FileView::open(&empty).unwrap(), &out, &p, &|_| {}).unwrap_err();
         assert!(format!("{e:#}").contains("x.ova"), "{e:#}");
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -7,7 +7,7 @@
 //! the archive is streamed here as a view ([`super::gcp::TarView`]) into
 //! the parallel gzip, never staged.
 use super::gcp::{sparse_map, TarView};
-use crate::io::compress::{compress_view, Compressor, Written};
+use crate::io::compress::{compress_view, CompressOpts, Compressor, Written};
 use crate::io::view::DiskView;
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -107,7 +107,8 @@ pub fn write_powervs_ova_gz(
     let total = tar.len();
     let disk_len = view.len();
     let prog = |n: u64| progress((n as u128 * disk_len as u128 / total.max(1) as u128) as u64);
-    compress_view(Compressor::Gzip, GZIP_LEVEL, &tar, out, threads, &prog).with_context(ctx)
+    let opts = CompressOpts::new(Compressor::Gzip, GZIP_LEVEL, threads);
+    compress_view(&tar, out, &opts, &prog).with_context(ctx)
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@
 //! clusters between the header and the first block (`align` > one cluster)
 //! are unused: refcount 0, a hole in the file. Every other cluster of the
 //! file is in use exactly once (refcount 1).
-use crate::io::buffers::is_zero;
+use crate::io::buffers::{is_zero, BufPool};
 use crate::io::sparse::clamped_extents;
 use crate::io::view::{DiskView, FileView};
 use anyhow::{ensure, Context, Result};
@@ -210,15 +210,7 @@ pub fn write_qcow2<W: Write + Seek>(
         align >= CLUSTER_SIZE && align % CLUSTER_SIZE == 0,
         "qcow2 block alignment {align} is not a multiple of the cluster size {CLUSTER_SIZE}"
     );
-    let virtual_size = src
-        .len()
-        .checked_next_multiple_of(SECTOR_SIZE)
-        .context("disk size overflows")?;
-    // The offset field has bits 9-55: larger guest disks cannot be addressed.
-    ensure!(
-        virtual_size <= ENTRY_OFFSET_MASK,
-        "qcow2 virtual size {virtual_size} is too large"
-    );
+    let virtual_size = virtual_size(src)?;
 
     let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, out);
     w.seek(SeekFrom::Start(0))
@@ -274,8 +266,6 @@ const COMPRESSED_SHIFT: u32 = 62 - (CLUSTER_BITS - 8);
 /// them as raw deflate with a 4 KiB window (`qcow2-threads.c`,
 /// `deflateInit2(..., -12, ...)`).
 const COMPRESSED_WINDOW_BITS: u8 = 12;
-/// Clusters compressed per parallel batch.
-const COMPRESS_BATCH: usize = 256;
 
 /// Write `src` as a qcow2 image whose clusters are compressed (what
 /// `qemu-img convert -c` and osbuild's `org.osbuild.qemu` with
@@ -317,6 +307,47 @@ fn deflate_cluster(level: u32, data: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The guest size of `src` in a qcow2 header: its length in whole sectors,
+/// within what an L2 entry's offset field (bits 9-55) can address.
+fn virtual_size(src: &dyn DiskView) -> Result<u64> {
+    let size = src
+        .len()
+        .checked_next_multiple_of(SECTOR_SIZE)
+        .context("disk size overflows")?;
+    ensure!(
+        size <= ENTRY_OFFSET_MASK,
+        "qcow2 virtual size {size} is too large"
+    );
+    Ok(size)
+}
+
+/// A cluster as the compressed writer stores it.
+enum Stored {
+    /// Deflated, packed back to back.
+    Deflated(Vec<u8>),
+    /// As is, on a cluster boundary (it did not shrink).
+    Plain(Vec<u8>),
+}
+
+/// The runs of guest clusters the compressed writer reads, in guest order:
+/// up to [`READ_BATCH_CLUSTERS`] clusters each, inside the view's data
+/// extents (holes are never read).
+fn cluster_runs(src: &dyn DiskView) -> Result<Vec<(u64, u64)>> {
+    let mut runs = Vec::new();
+    let mut next = 0u64;
+    for r in clamped_extents(src).context("mapping the disk's data")? {
+        let end = r.end.div_ceil(CLUSTER_SIZE);
+        let mut c = (r.start / CLUSTER_SIZE).max(next);
+        while c < end {
+            let n = READ_BATCH_CLUSTERS.min(end - c);
+            runs.push((c, n));
+            c += n;
+        }
+        next = next.max(end);
+    }
+    Ok(runs)
+}
+
 fn write_compressed(
     src: &dyn DiskView,
     file: &File,
@@ -324,19 +355,7 @@ fn write_compressed(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Qcow2Stats> {
-    use rayon::prelude::*;
-    let virtual_size = src
-        .len()
-        .checked_next_multiple_of(SECTOR_SIZE)
-        .context("disk size overflows")?;
-    ensure!(
-        virtual_size <= ENTRY_OFFSET_MASK,
-        "qcow2 virtual size {virtual_size} is too large"
-    );
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .context("starting the qcow2 compression threads")?;
+    let virtual_size = virtual_size(src)?;
     let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, file);
     w.write_all(&[0u8; CLUSTER_SIZE as usize])
         .context("writing qcow2 header cluster")?;
@@ -354,57 +373,82 @@ fn write_compressed(
             users[i] += 1;
         }
     };
-    let mut batch: Vec<(u64, Vec<u8>)> = Vec::with_capacity(COMPRESS_BATCH);
-    let flush = |batch: &mut Vec<(u64, Vec<u8>)>,
-                 w: &mut BufWriter<&File>,
-                 pos: &mut u64,
-                 users: &mut Vec<u16>,
-                 entries: &mut Vec<(u64, u64)>|
-     -> Result<()> {
-        let packed: Vec<Vec<u8>> = pool.install(|| {
-            batch
-                .par_iter()
-                .map(|(_, data)| deflate_cluster(level, data))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        for ((guest, data), z) in batch.iter().zip(packed) {
-            if z.is_empty() || z.len() as u64 >= CLUSTER_SIZE {
-                // Stored as is, on a cluster boundary.
-                let at = pos.next_multiple_of(CLUSTER_SIZE);
-                w.write_all(&vec![0u8; (at - *pos) as usize])?;
-                w.write_all(data)?;
-                add_user(users, at, at + CLUSTER_SIZE);
-                entries.push((*guest, at | ENTRY_COPIED));
-                *pos = at + CLUSTER_SIZE;
-            } else {
-                let len = z.len() as u64;
-                let sectors = (*pos + len - 1) / SECTOR_SIZE - *pos / SECTOR_SIZE;
-                w.write_all(&z)?;
-                // QEMU counts a compressed cluster as a user of every host
-                // cluster its sectors touch.
-                add_user(users, *pos, *pos + len);
-                entries.push((
-                    *guest,
-                    ENTRY_COMPRESSED | (sectors << COMPRESSED_SHIFT) | *pos,
-                ));
-                *pos += len;
+    // The runs are read and deflated by the encoders' one ordered worker
+    // pool (io::pipeline), and stored here in guest order.
+    let runs = cluster_runs(src)?;
+    let workers = crate::util::threads(threads);
+    let pool = BufPool::new(
+        (READ_BATCH_CLUSTERS * CLUSTER_SIZE) as usize,
+        workers * 2 + 2,
+    );
+    crate::io::pipeline::run(
+        "qcow2",
+        workers,
+        runs.len(),
+        &pool,
+        || Ok(()),
+        |_, k, mut buf| {
+            let (c, n) = runs[k];
+            let pos = c * CLUSTER_SIZE;
+            // The last cluster may be partial: the view reads zeros past its end.
+            let chunk = &mut buf[..(n * CLUSTER_SIZE) as usize];
+            let read = src
+                .read_at(chunk, pos)
+                .with_context(|| format!("reading the disk at offset {pos}"));
+            let mut out = Vec::new();
+            if read.is_ok() {
+                for (i, cluster) in chunk.chunks_exact(CLUSTER_SIZE as usize).enumerate() {
+                    if is_zero(cluster) {
+                        continue;
+                    }
+                    let z = deflate_cluster(level, cluster)?;
+                    out.push((
+                        c + i as u64,
+                        if z.is_empty() || z.len() as u64 >= CLUSTER_SIZE {
+                            Stored::Plain(cluster.to_vec())
+                        } else {
+                            Stored::Deflated(z)
+                        },
+                    ));
+                }
             }
-        }
-        batch.clear();
-        Ok(())
-    };
-    let mut done = 0u64;
-    for_each_cluster(src, &|_| true, &mut |c, bytes| {
-        batch.push((c, bytes.to_vec()));
-        if batch.len() == COMPRESS_BATCH {
-            flush(&mut batch, &mut w, &mut pos, &mut users, &mut entries)
-                .context("writing qcow2 data")?;
-            done = (c + 1) * CLUSTER_SIZE;
-            progress(done.min(virtual_size));
-        }
-        Ok(())
-    })?;
-    flush(&mut batch, &mut w, &mut pos, &mut users, &mut entries).context("writing qcow2 data")?;
+            pool.put(buf);
+            read.map(|_| out)
+        },
+        |ordered| -> Result<()> {
+            for &(c, n) in &runs {
+                crate::util::cancel::check()?;
+                for (guest, stored) in ordered.next()? {
+                    match stored {
+                        Stored::Plain(data) => {
+                            let at = pos.next_multiple_of(CLUSTER_SIZE);
+                            w.write_all(&vec![0u8; (at - pos) as usize])?;
+                            w.write_all(&data)?;
+                            add_user(&mut users, at, at + CLUSTER_SIZE);
+                            entries.push((guest, at | ENTRY_COPIED));
+                            pos = at + CLUSTER_SIZE;
+                        }
+                        Stored::Deflated(z) => {
+                            let len = z.len() as u64;
+                            let sectors = (pos + len - 1) / SECTOR_SIZE - pos / SECTOR_SIZE;
+                            w.write_all(&z)?;
+                            // QEMU counts a compressed cluster as a user of
+                            // every host cluster its sectors touch.
+                            add_user(&mut users, pos, pos + len);
+                            entries.push((
+                                guest,
+                                ENTRY_COMPRESSED | (sectors << COMPRESSED_SHIFT) | pos,
+                            ));
+                            pos += len;
+                        }
+                    }
+                }
+                progress(((c + n) * CLUSTER_SIZE).min(virtual_size));
+            }
+            Ok(())
+        },
+    )
+    .context("writing qcow2 data")?;
     // Sectors of the last compressed data are read whole: end on a cluster.
     let end = pos.next_multiple_of(CLUSTER_SIZE);
     w.write_all(&vec![0u8; (end - pos) as usize])
@@ -1120,7 +1164,7 @@ mod tests {
     /// the cache.
     #[test]
     fn compressing_the_qcow2_reuses_the_raw_disks_chunks() {
-        use crate::io::compress::{compress_view, compress_view_cached, ChunkCache, Compressor};
+        use crate::io::compress::{compress_view, ChunkCache, CompressOpts, Compressor};
         use crate::io::sparse::test_support;
         use crate::io::view::{Composite, Patch, Remapped};
         let dir = tempfile::tempdir().unwrap();
@@ -1132,16 +1176,9 @@ mod tests {
             .shared(9);
         let cache = ChunkCache::new(&dir.path().join("chunks")).unwrap();
         let gz = Compressor::Gzip;
-        compress_view_cached(
-            gz,
-            6,
-            &c,
-            &dir.path().join("raw.gz"),
-            2,
-            &|_| {},
-            Some(&cache),
-        )
-        .unwrap();
+        let plain_opts = CompressOpts::new(gz, 6, 2);
+        let opts = plain_opts.with_cache(Some(&cache));
+        compress_view(&c, &dir.path().join("raw.gz"), &opts, &|_| {}).unwrap();
         assert_eq!(cache.reused().0, 0);
         let q = dir.path().join("disk.qcow2");
         let stats = write_qcow2_file(&c, &q, gz.chunk_size() as u64).unwrap();
@@ -1158,10 +1195,10 @@ mod tests {
             blocks: &sh.blocks,
         };
         let cached = dir.path().join("cached.qcow2.gz");
-        let a = compress_view_cached(gz, 6, &r, &cached, 2, &|_| {}, Some(&cache)).unwrap();
+        let a = compress_view(&r, &cached, &opts, &|_| {}).unwrap();
         assert_eq!(cache.reused(), (3, 12 * MIB), "every shared block reused");
         let plain = dir.path().join("plain.qcow2.gz");
-        let b = compress_view(gz, 6, &ev, &plain, 2, &|_| {}).unwrap();
+        let b = compress_view(&ev, &plain, &plain_opts, &|_| {}).unwrap();
         assert_eq!(a, b, "the cache changes nothing in the output");
         cmd::run(&mut cmd::new("gzip", ["-t".as_ref(), cached.as_os_str()])).unwrap();
         let back = dir.path().join("back.qcow2");

@@ -165,10 +165,12 @@ impl AdapterType {
     }
 }
 
-/// Descriptor and encoding settings. The default is what cosa's
-/// `-o adapter_type=lsilogic,subformat=streamOptimized,compat6` produces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VmdkOptions {
+/// Descriptor and encoding settings, and how the encoding runs. The
+/// default is what cosa's
+/// `-o adapter_type=lsilogic,subformat=streamOptimized,compat6` produces,
+/// with one worker per CPU and no chunk cache.
+#[derive(Debug, Clone)]
+pub struct VmdkOptions<'a> {
     /// `ddb.adapterType`.
     pub adapter_type: AdapterType,
     /// `ddb.virtualHWVersion`: qemu-img writes "6" with `compat6`, "4"
@@ -185,9 +187,16 @@ pub struct VmdkOptions {
     /// Descriptor `CID`. `None`: derived from the grain tables, so the
     /// output is reproducible.
     pub cid: Option<u32>,
+    /// Workers compressing grains (0: one per CPU). The output is the same
+    /// for any count.
+    pub threads: usize,
+    /// Reused and filled for the view's shared ranges
+    /// ([`DiskView::shared_source`]); the output is byte-identical without
+    /// it.
+    pub cache: Option<&'a ChunkCache>,
 }
 
-impl Default for VmdkOptions {
+impl Default for VmdkOptions<'_> {
     fn default() -> Self {
         VmdkOptions {
             adapter_type: AdapterType::LsiLogic,
@@ -196,6 +205,8 @@ impl Default for VmdkOptions {
             extent_name: None,
             compression_level: 6,
             cid: None,
+            threads: 0,
+            cache: None,
         }
     }
 }
@@ -220,52 +231,15 @@ pub struct VmdkStats {
 }
 
 /// Write `view` as a streamOptimized VMDK to `out` (created or truncated,
-/// then fsynced; no temporary name: the caller renames). `threads` workers
-/// compress grains (0: one per CPU). `progress` gets the number of input
-/// bytes done so far, from the calling thread. A pending SIGINT/SIGTERM
-/// ([`crate::util::cancel`]) stops the run with `Interrupted`.
+/// then fsynced; no temporary name: the caller renames), as `opts` say.
+/// `progress` gets the number of input bytes done so far, from the calling
+/// thread. A pending SIGINT/SIGTERM ([`crate::util::cancel`]) stops the run
+/// with `Interrupted`.
 pub fn write_vmdk(
     view: &dyn DiskView,
     out: &Path,
     opts: &VmdkOptions,
-    threads: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<VmdkStats> {
-    write_vmdk_cached(view, out, opts, threads, progress, None)
-}
-
-/// [`write_vmdk`], reusing and filling `cache` for the view's shared ranges
-/// ([`DiskView::shared_source`]). The output is byte-identical to
-/// [`write_vmdk`]'s.
-pub fn write_vmdk_cached(
-    view: &dyn DiskView,
-    out: &Path,
-    opts: &VmdkOptions,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-    cache: Option<&ChunkCache>,
-) -> Result<VmdkStats> {
-    write_vmdk_checked(
-        view,
-        out,
-        opts,
-        threads,
-        progress,
-        &crate::util::cancel::check,
-        cache,
-    )
-}
-
-/// [`write_vmdk_cached`] with the cancellation check as a parameter (for
-/// tests).
-fn write_vmdk_checked(
-    view: &dyn DiskView,
-    out: &Path,
-    opts: &VmdkOptions,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-    check: &(dyn Fn() -> Result<()> + Sync),
-    cache: Option<&ChunkCache>,
 ) -> Result<VmdkStats> {
     let extent_name = match &opts.extent_name {
         Some(n) => n.clone(),
@@ -274,16 +248,13 @@ fn write_vmdk_checked(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "disk.vmdk".into()),
     };
-    let threads = crate::util::threads(threads);
     run(
         view,
         out,
         opts,
         &extent_name,
-        threads,
         progress,
-        check,
-        cache,
+        &crate::util::cancel::check,
     )
     .with_context(|| format!("writing VMDK image {}", out.display()))
 }
@@ -627,16 +598,15 @@ fn pack_grain(z: &mut Deflater, data: &[u8], lba: u64, out: &mut [u8]) -> Result
     Ok(padded)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// [`write_vmdk`] with the extent name resolved and the cancellation check
+/// as a parameter (for tests).
 fn run(
     view: &dyn DiskView,
     out: &Path,
     opts: &VmdkOptions,
     extent_name: &str,
-    threads: usize,
     progress: &(dyn Fn(u64) + Sync),
     check: &(dyn Fn() -> Result<()> + Sync),
-    cache: Option<&ChunkCache>,
 ) -> Result<VmdkStats> {
     ensure!(
         opts.compression_level <= 9,
@@ -656,7 +626,7 @@ fn run(
         chunks.extend(first..=chunk_of(r.end - 1));
     }
     debug_assert!(chunks.last().map_or(true, |&c| c < nchunks));
-    let workers = threads.clamp(1, chunks.len().max(1));
+    let workers = crate::util::threads(opts.threads).clamp(1, chunks.len().max(1));
     // Buffers in flight: one per worker plus spares, so that workers go on
     // while a slow chunk holds up the writer.
     let window = 2 * workers + 2;
@@ -688,7 +658,7 @@ fn run(
         level: opts.compression_level,
         chunks,
         pool: pool.clone(),
-        cache,
+        cache: opts.cache,
     };
     crate::io::pipeline::run(
         "vmdk",
@@ -937,7 +907,11 @@ mod tests {
     }
 
     fn write(view: &dyn DiskView, out: &Path, threads: usize) -> VmdkStats {
-        write_vmdk(view, out, &VmdkOptions::default(), threads, &|_| {}).unwrap()
+        let opts = VmdkOptions {
+            threads,
+            ..Default::default()
+        };
+        write_vmdk(view, out, &opts, &|_| {}).unwrap()
     }
 
     #[test]
@@ -952,8 +926,10 @@ mod tests {
         let stats = write_vmdk(
             &FileView::open(&raw).unwrap(),
             &vmdk,
-            &VmdkOptions::default(),
-            3,
+            &VmdkOptions {
+                threads: 3,
+                ..Default::default()
+            },
             &|n| {
                 assert!(n >= last.load(Ordering::Relaxed), "progress went back");
                 last.store(n, Ordering::Relaxed);
@@ -1126,11 +1102,16 @@ mod tests {
             let cached = dir.path().join(format!("cached-{i}.vmdk"));
             let opts = VmdkOptions {
                 extent_name: Some("disk.vmdk".into()),
+                threads: 2,
                 ..Default::default()
             };
-            let a = write_vmdk(&c, &plain, &opts, 2, &|_| {}).unwrap();
+            let a = write_vmdk(&c, &plain, &opts, &|_| {}).unwrap();
             let before = cache.reused();
-            let b = write_vmdk_cached(&c, &cached, &opts, 2, &|_| {}, Some(&cache)).unwrap();
+            let opts = VmdkOptions {
+                cache: Some(&cache),
+                ..opts
+            };
+            let b = write_vmdk(&c, &cached, &opts, &|_| {}).unwrap();
             assert_eq!(a, b);
             assert!(
                 std::fs::read(&plain).unwrap() == std::fs::read(&cached).unwrap(),
@@ -1163,8 +1144,10 @@ mod tests {
             extent_name: Some("disk.vmdk".into()),
             compression_level: 9,
             cid: Some(0x1234_abcd),
+            threads: 1,
+            cache: None,
         };
-        let stats = write_vmdk(&FileView::open(&raw).unwrap(), &vmdk, &opts, 1, &|_| {}).unwrap();
+        let stats = write_vmdk(&FileView::open(&raw).unwrap(), &vmdk, &opts, &|_| {}).unwrap();
         assert_eq!(stats.cid, 0x1234_abcd);
         let d = read_descriptor(&vmdk);
         assert_eq!(d["extent"], "RW 32768 SPARSE \"disk.vmdk\"");
@@ -1183,23 +1166,20 @@ mod tests {
         let empty = dir.path().join("empty.raw");
         File::create(&empty).unwrap();
         let out = dir.path().join("x.vmdk");
-        let e = write_vmdk(
-            &FileView::open(&empty).unwrap(),
-            &out,
-            &VmdkOptions::default(),
-            1,
-            &|_| {},
-        )
-        .unwrap_err();
+        let one = VmdkOptions {
+            threads: 1,
+            ..Default::default()
+        };
+        let e = write_vmdk(&FileView::open(&empty).unwrap(), &out, &one, &|_| {}).unwrap_err();
         assert!(format!("{e:#}").contains("empty disk"), "{e:#}");
         assert!(!out.exists(), "nothing created");
         let raw = dir.path().join("disk.raw");
         make_sparse(&raw, MIB, &[], 1);
         let opts = VmdkOptions {
             extent_name: Some("a\"b".into()),
-            ..Default::default()
+            ..one
         };
-        let e = write_vmdk(&FileView::open(&raw).unwrap(), &out, &opts, 1, &|_| {}).unwrap_err();
+        let e = write_vmdk(&FileView::open(&raw).unwrap(), &out, &opts, &|_| {}).unwrap_err();
         assert!(format!("{e:#}").contains("extent name"), "{e:#}");
         assert!(AdapterType::parse("scsi").is_err());
         assert_eq!(
@@ -1221,14 +1201,17 @@ mod tests {
             }
             Ok(())
         };
-        let e = write_vmdk_checked(
+        let opts = VmdkOptions {
+            threads: 2,
+            ..Default::default()
+        };
+        let e = run(
             &FileView::open(&raw).unwrap(),
             &out,
-            &VmdkOptions::default(),
-            2,
+            &opts,
+            "x.vmdk",
             &|_| {},
             &check,
-            None,
         )
         .unwrap_err();
         assert!(
@@ -1261,14 +1244,7 @@ mod tests {
     fn read_errors_surface() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("x.vmdk");
-        let e = write_vmdk(
-            &Failing(64 * MIB),
-            &out,
-            &VmdkOptions::default(),
-            0,
-            &|_| {},
-        )
-        .unwrap_err();
+        let e = write_vmdk(&Failing(64 * MIB), &out, &VmdkOptions::default(), &|_| {}).unwrap_err();
         assert!(format!("{e:#}").contains("injected read error"), "{e:#}");
         assert!(format!("{e:#}").contains("x.vmdk"), "{e:#}");
     }

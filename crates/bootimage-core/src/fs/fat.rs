@@ -778,23 +778,63 @@ fn fat_label(label: &str) -> Result<[u8; 11]> {
     Ok(l)
 }
 
-/// Format a FAT filesystem into `disk[offset .. offset + size)` with the
-/// given logical sector size (512 or 4096), volume id and label, holding the
-/// tree `efi_src` as `/EFI/` and then the `extra` files (paths relative to
-/// the ESP root, e.g. `EFI/redhat/grub.cfg`; they replace tree files of the
-/// same name). Only directories and regular files can be copied. Nothing
-/// outside the region is written; free clusters are left as they are.
-#[allow(clippy::too_many_arguments)]
-pub fn build_esp(
-    disk: &File,
-    offset: u64,
-    size: u64,
-    sector_size: u16,
-    volume_id: u32,
-    label: &str,
-    efi_src: &Path,
-    extra: &[(String, Vec<u8>)],
-) -> Result<()> {
+/// What [`build_esp`] formats.
+#[derive(Debug, Clone, Copy)]
+pub struct EspOptions<'a> {
+    /// Bytes of the filesystem: the region's or the image file's length.
+    pub size: u64,
+    /// Logical sector size: 512 or 4096.
+    pub sector_size: u16,
+    pub volume_id: u32,
+    /// Volume label, 1-11 characters (stored upper case).
+    pub label: &'a str,
+    /// The tree copied as `/EFI/`.
+    pub efi_src: &'a Path,
+    /// Files added after the tree, by path relative to the ESP root (e.g.
+    /// `EFI/redhat/grub.cfg`); they replace tree files of the same name.
+    pub extra: &'a [(String, Vec<u8>)],
+}
+
+/// Where [`build_esp`] writes the filesystem.
+#[derive(Debug, Clone, Copy)]
+pub enum EspTarget<'a> {
+    /// `disk[offset .. offset + size)`: nothing outside the region is
+    /// written, free clusters are left as they are, and `disk` is not
+    /// synced.
+    Region { disk: &'a File, offset: u64 },
+    /// A standalone image file of `size` bytes (created or truncated,
+    /// sparse, then fsynced), e.g. for the 4K variant or an `efiboot.img`.
+    Image(&'a Path),
+}
+
+/// Format a FAT filesystem at `target` as `opts` say: the given size,
+/// logical sector size, volume id and label, holding the tree `efi_src` as
+/// `/EFI/` and then the `extra` files. Only directories and regular files
+/// can be copied.
+pub fn build_esp(target: EspTarget<'_>, opts: &EspOptions) -> Result<()> {
+    match target {
+        EspTarget::Region { disk, offset } => format_esp(disk, offset, opts),
+        EspTarget::Image(path) => {
+            let f = crate::io::create_sized(path, opts.size)?;
+            format_esp(&f, 0, opts)
+                .with_context(|| format!("building the ESP image {}", path.display()))?;
+            f.sync_all()
+                .with_context(|| format!("syncing {}", path.display()))?;
+            Ok(())
+        }
+    }
+}
+
+/// [`build_esp`] into `disk[offset .. offset + opts.size)`.
+fn format_esp(disk: &File, offset: u64, opts: &EspOptions) -> Result<()> {
+    let EspOptions {
+        size,
+        sector_size,
+        volume_id,
+        label,
+        efi_src,
+        extra,
+    } = *opts;
     if sector_size != 512 && sector_size != 4096 {
         bail!("ESP sector size {sector_size} is not supported (512 or 4096)");
     }
@@ -896,25 +936,6 @@ pub fn build_esp(
     Ok(())
 }
 
-/// [`build_esp`] into a standalone image file of `size` bytes (created or
-/// truncated, sparse), e.g. for the 4K variant or an `efiboot.img`.
-pub fn build_esp_file(
-    path: &Path,
-    size: u64,
-    sector_size: u16,
-    volume_id: u32,
-    label: &str,
-    efi_src: &Path,
-    extra: &[(String, Vec<u8>)],
-) -> Result<()> {
-    let f = crate::io::create_sized(path, size)?;
-    build_esp(&f, 0, size, sector_size, volume_id, label, efi_src, extra)
-        .with_context(|| format!("building the ESP image {}", path.display()))?;
-    f.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -981,14 +1002,16 @@ mod tests {
         let (d, _) = efi_tree("testos");
         std::os::unix::fs::symlink("grubx64.efi", d.path().join("testos/link.efi")).unwrap();
         let img = tempfile::NamedTempFile::new().unwrap();
-        let e = build_esp_file(
-            img.path(),
-            127 * MIB,
-            512,
-            VOLID,
-            "EFI-SYSTEM",
-            d.path(),
-            &[],
+        let e = build_esp(
+            EspTarget::Image(img.path()),
+            &EspOptions {
+                size: 127 * MIB,
+                sector_size: 512,
+                volume_id: VOLID,
+                label: "EFI-SYSTEM",
+                efi_src: d.path(),
+                extra: &[],
+            },
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("symlink"), "{e:#}");
@@ -998,14 +1021,16 @@ mod tests {
             (512, "MUCH-TOO-LONG-LABEL", "x"),
             (512, "EFI-SYSTEM", "../escape"),
         ] {
-            let r = build_esp_file(
-                img.path(),
-                127 * MIB,
-                ss,
-                VOLID,
-                label,
-                d.path(),
-                &[(extra.to_string(), vec![1])],
+            let r = build_esp(
+                EspTarget::Image(img.path()),
+                &EspOptions {
+                    size: 127 * MIB,
+                    sector_size: ss,
+                    volume_id: VOLID,
+                    label,
+                    efi_src: d.path(),
+                    extra: &[(extra.to_string(), vec![1])],
+                },
             );
             assert!(r.is_err(), "{ss} {label} {extra}");
         }
@@ -1039,7 +1064,22 @@ mod tests {
                 ("EFI/testos/grub.cfg".to_string(), stub.clone()),
                 ("/EFI/BOOT/fbx64.efi".to_string(), b"replaced".to_vec()),
             ];
-            build_esp(f, off, size, ss, VOLID, "EFI-SYSTEM", src.path(), &extra).unwrap();
+            let opts = EspOptions {
+                size,
+                sector_size: ss,
+                volume_id: VOLID,
+                label: "EFI-SYSTEM",
+                efi_src: src.path(),
+                extra: &extra,
+            };
+            build_esp(
+                EspTarget::Region {
+                    disk: f,
+                    offset: off,
+                },
+                &opts,
+            )
+            .unwrap();
             let mut b = [0u8; 1];
             f.read_at(&mut b, off - 1).unwrap();
             assert_eq!(b[0], 0xAA);
@@ -1142,7 +1182,15 @@ mod tests {
         let (src, _) = efi_tree("redhat");
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("esp.img");
-        build_esp_file(&p, 127 * MIB, 512, VOLID, "EFI-SYSTEM", src.path(), &[]).unwrap();
+        let opts = EspOptions {
+            size: 127 * MIB,
+            sector_size: 512,
+            volume_id: VOLID,
+            label: "EFI-SYSTEM",
+            efi_src: src.path(),
+            extra: &[],
+        };
+        build_esp(EspTarget::Image(&p), &opts).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 127 * MIB);
         let (ok, out) = run("fsck.fat", &["-n", "-v", p.to_str().unwrap()]);
         assert!(ok, "{out}");
@@ -1150,10 +1198,14 @@ mod tests {
         assert!(out.contains("16 bit entries"), "{out}");
         // Builds are reproducible.
         let a = std::fs::read(&p).unwrap();
-        build_esp_file(&p, 127 * MIB, 512, VOLID, "EFI-SYSTEM", src.path(), &[]).unwrap();
+        build_esp(EspTarget::Image(&p), &opts).unwrap();
         assert!(a == std::fs::read(&p).unwrap(), "two builds differ");
         // A big ESP falls back to FAT32.
-        build_esp_file(&p, 600 * MIB, 512, VOLID, "EFI-SYSTEM", src.path(), &[]).unwrap();
+        let opts = EspOptions {
+            size: 600 * MIB,
+            ..opts
+        };
+        build_esp(EspTarget::Image(&p), &opts).unwrap();
         let (ok, out) = run("fsck.fat", &["-n", "-v", p.to_str().unwrap()]);
         assert!(ok && out.contains("32 bit entries"), "{out}");
     }
@@ -1241,7 +1293,15 @@ mod tests {
             (20 * MIB, 512, "16"),
             (16 * MIB, 4096, "12"),
         ] {
-            build_esp_file(&p, size, ss, VOLID, "efi-boot", src.path(), &[]).unwrap();
+            let opts = EspOptions {
+                size,
+                sector_size: ss,
+                volume_id: VOLID,
+                label: "efi-boot",
+                efi_src: src.path(),
+                extra: &[],
+            };
+            build_esp(EspTarget::Image(&p), &opts).unwrap();
             let (ok, out) = run("fsck.fat", &["-n", "-v", p.to_str().unwrap()]);
             assert!(ok, "{out}");
             assert!(out.contains(&format!("{bits} bit entries")), "{out}");
@@ -1280,7 +1340,15 @@ mod tests {
         }
         // Content that does not fit is an error, not a broken filesystem.
         std::fs::write(src.path().join("big.bin"), vec![1u8; 5 << 20]).unwrap();
-        let e = build_esp_file(&p, 4 * MIB, 512, VOLID, "EFI", src.path(), &[]).unwrap_err();
+        let opts = EspOptions {
+            size: 4 * MIB,
+            sector_size: 512,
+            volume_id: VOLID,
+            label: "EFI",
+            efi_src: src.path(),
+            extra: &[],
+        };
+        let e = build_esp(EspTarget::Image(&p), &opts).unwrap_err();
         assert!(format!("{e:#}").contains("ESP is full"), "{e:#}");
     }
 }

@@ -178,49 +178,75 @@ impl std::str::FromStr for Compressor {
     }
 }
 
-/// Compress `view` into `out` (created or truncated, then fsynced) with
-/// `threads` workers (0: one per CPU). `Compressor::None` writes a sparse
-/// raw file instead (see [`sparse::write_sparse`]; `level` and `threads` are
-/// ignored). `progress` is called with the number of input bytes done so
-/// far, from the calling thread.
+/// How [`compress_view`] encodes a view.
+#[derive(Clone, Copy, Debug)]
+pub struct CompressOpts<'a> {
+    pub kind: Compressor,
+    /// One of [`Compressor::levels`] (ignored by `Compressor::None`).
+    pub level: u32,
+    /// Workers (0: one per CPU; ignored by `Compressor::None`).
+    pub threads: usize,
+    /// Size of the independently compressed chunks. `None`: the kind's own
+    /// ([`Compressor::chunk_size`]). `Some` is for tests and the benchmark
+    /// in `examples/bench_compress.rs`; it is an error with
+    /// `Compressor::None`.
+    pub chunk: Option<usize>,
+    /// Reused and filled for the view's shared ranges
+    /// ([`DiskView::shared_source`]); the output is byte-identical without
+    /// it.
+    pub cache: Option<&'a ChunkCache>,
+}
+
+impl<'a> CompressOpts<'a> {
+    /// `kind` at `level` with `threads` workers, in the kind's own chunks,
+    /// without a cache.
+    pub fn new(kind: Compressor, level: u32, threads: usize) -> Self {
+        CompressOpts {
+            kind,
+            level,
+            threads,
+            chunk: None,
+            cache: None,
+        }
+    }
+
+    /// These options with `cache`.
+    pub fn with_cache(self, cache: Option<&'a ChunkCache>) -> Self {
+        CompressOpts { cache, ..self }
+    }
+
+    /// These options with chunks of `chunk` bytes.
+    pub fn with_chunk(self, chunk: usize) -> Self {
+        CompressOpts {
+            chunk: Some(chunk),
+            ..self
+        }
+    }
+}
+
+/// Compress `view` into `out` (created or truncated, then fsynced) as
+/// `opts` say. `Compressor::None` writes a sparse raw file instead (see
+/// [`sparse::write_sparse`]; level, threads and cache are ignored).
+/// `progress` is called with the number of input bytes done so far, from
+/// the calling thread.
 pub fn compress_view(
-    kind: Compressor,
-    level: u32,
     view: &dyn DiskView,
     out: &Path,
-    threads: usize,
+    opts: &CompressOpts,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Written> {
-    compress_view_cached(kind, level, view, out, threads, progress, None)
-}
-
-/// [`compress_view`] with an explicit chunk size (for tests and the
-/// benchmark in `examples/bench_compress.rs`).
-#[doc(hidden)]
-pub fn compress_view_chunked(
-    kind: Compressor,
-    level: u32,
-    chunk: usize,
-    view: &dyn DiskView,
-    out: &Path,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<Written> {
-    chunked(kind, level, chunk, view, out, threads, progress, None)
-}
-
-/// Validate the settings, then compress in `chunk`-sized pieces.
-#[allow(clippy::too_many_arguments)]
-fn chunked(
-    kind: Compressor,
-    level: u32,
-    chunk: usize,
-    view: &dyn DiskView,
-    out: &Path,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-    cache: Option<&ChunkCache>,
-) -> Result<Written> {
+    let CompressOpts {
+        kind,
+        level,
+        threads,
+        chunk,
+        cache,
+    } = *opts;
+    let chunk = match chunk {
+        Some(chunk) => chunk,
+        None if kind == Compressor::None => return sparse::write_sparse(view, out, progress),
+        None => kind.chunk_size(),
+    };
     ensure!(kind != Compressor::None, "no chunks without compression");
     ensure!(
         kind.levels().contains(&level),
@@ -239,7 +265,7 @@ fn chunked(
         .with_context(|| format!("writing {kind}-compressed image {}", out.display()))
 }
 
-/// Validated settings of one compression run ([`chunked`]).
+/// Validated settings of one compression run ([`compress_view`]).
 #[derive(Clone, Copy)]
 struct Settings {
     kind: Compressor,
@@ -256,6 +282,14 @@ struct Settings {
 pub struct ChunkCache {
     path: std::path::PathBuf,
     inner: Mutex<CacheInner>,
+}
+
+impl std::fmt::Debug for ChunkCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkCache")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 struct CacheInner {
@@ -365,33 +399,6 @@ impl ChunkCache {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.hits.iter().map(|(k, &(n, b))| (*k, n, b)).collect()
     }
-}
-
-/// [`compress_view`], reusing and filling `cache` for the view's shared
-/// ranges. The output is byte-identical to [`compress_view`]'s.
-#[allow(clippy::too_many_arguments)]
-pub fn compress_view_cached(
-    kind: Compressor,
-    level: u32,
-    view: &dyn DiskView,
-    out: &Path,
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-    cache: Option<&ChunkCache>,
-) -> Result<Written> {
-    if kind == Compressor::None {
-        return sparse::write_sparse(view, out, progress);
-    }
-    chunked(
-        kind,
-        level,
-        kind.chunk_size(),
-        view,
-        out,
-        threads,
-        progress,
-        cache,
-    )
 }
 
 /// One chunk's encoder; each worker owns one.
@@ -775,20 +782,13 @@ mod tests {
             assert!(n <= view.len());
             last.store(n, Ordering::Relaxed);
         };
-        let w = if chunk == 0 {
-            compress_view(kind, kind.default_level(), view, &out, threads, &progress)
+        let opts = CompressOpts::new(kind, kind.default_level(), threads);
+        let opts = if chunk == 0 {
+            opts
         } else {
-            compress_view_chunked(
-                kind,
-                kind.default_level(),
-                chunk,
-                view,
-                &out,
-                threads,
-                &progress,
-            )
-        }
-        .unwrap();
+            opts.with_chunk(chunk)
+        };
+        let w = compress_view(view, &out, &opts, &progress).unwrap();
         assert_eq!(last.load(Ordering::Relaxed), view.len(), "final progress");
         let want = view_bytes(view);
         assert_eq!(w.uncompressed_size, want.len() as u64);
@@ -884,18 +884,10 @@ mod tests {
                 let v = Composite::new(&base, len, vec![patch]).unwrap().shared(7);
                 let plain_out = dir.path().join(format!("plain-{kind}-{i}"));
                 let cached_out = dir.path().join(format!("cached-{kind}-{i}"));
-                let a =
-                    compress_view(kind, kind.default_level(), &v, &plain_out, 2, &|_| {}).unwrap();
-                let b = compress_view_cached(
-                    kind,
-                    kind.default_level(),
-                    &v,
-                    &cached_out,
-                    2,
-                    &|_| {},
-                    Some(&cache),
-                )
-                .unwrap();
+                let opts = CompressOpts::new(kind, kind.default_level(), 2);
+                let a = compress_view(&v, &plain_out, &opts, &|_| {}).unwrap();
+                let opts = opts.with_cache(Some(&cache));
+                let b = compress_view(&v, &cached_out, &opts, &|_| {}).unwrap();
                 assert_eq!(a, b, "{kind}: the cache changes nothing in the output");
                 assert_eq!(
                     std::fs::read(&plain_out).unwrap(),
@@ -914,16 +906,8 @@ mod tests {
         // A view that is not declared shared never uses the cache.
         let plain = Composite::new(&base, 24 * MIB, vec![]).unwrap();
         let before = cache.reused();
-        compress_view_cached(
-            Compressor::Gzip,
-            6,
-            &plain,
-            &dir.path().join("x"),
-            2,
-            &|_| {},
-            Some(&cache),
-        )
-        .unwrap();
+        let opts = CompressOpts::new(Compressor::Gzip, 6, 2).with_cache(Some(&cache));
+        compress_view(&plain, &dir.path().join("x"), &opts, &|_| {}).unwrap();
         assert_eq!(cache.reused(), before);
     }
 
@@ -963,7 +947,8 @@ mod tests {
             .enumerate()
             {
                 let out = dir.path().join(format!("det-{kind}-{i}"));
-                compress_view_chunked(kind, 3, chunk, v, &out, threads, &|_| {}).unwrap();
+                let opts = CompressOpts::new(kind, 3, threads).with_chunk(chunk);
+                compress_view(v, &out, &opts, &|_| {}).unwrap();
                 outs.push(std::fs::read(&out).unwrap());
             }
             assert!(
@@ -1001,7 +986,8 @@ mod tests {
                 .path()
                 .join(format!("big.{}", kind.extension().unwrap()));
             let t = Instant::now();
-            let w = compress_view(kind, kind.default_level(), &view, &out, 2, &|_| {}).unwrap();
+            let opts = CompressOpts::new(kind, kind.default_level(), 2);
+            let w = compress_view(&view, &out, &opts, &|_| {}).unwrap();
             eprintln!(
                 "{kind}: 2 GiB sparse disk (6 MiB data) in {:.2?} -> {} bytes",
                 t.elapsed(),
@@ -1043,7 +1029,8 @@ mod tests {
         }
         let t = Instant::now();
         let out = dir.path().join("big.copy");
-        let w = compress_view(Compressor::None, 0, &view, &out, 2, &|_| {}).unwrap();
+        let opts = CompressOpts::new(Compressor::None, 0, 2);
+        let w = compress_view(&view, &out, &opts, &|_| {}).unwrap();
         eprintln!("none: 2 GiB sparse disk in {:.2?}", t.elapsed());
         assert_eq!(w.sha256, want);
         assert!(allocated(&out) < 16 * MIB);
@@ -1067,15 +1054,18 @@ mod tests {
         let fx = fixture(dir.path(), 16 * MIB);
         let view = FileView::open(&fx.base).unwrap();
         let out = dir.path().join("missing/dir/disk.raw.gz");
-        let err = compress_view(Compressor::Gzip, 6, &view, &out, 2, &|_| {}).unwrap_err();
+        let opts = CompressOpts::new(Compressor::Gzip, 6, 2);
+        let err = compress_view(&view, &out, &opts, &|_| {}).unwrap_err();
         assert!(
             format!("{err:#}").contains("missing/dir/disk.raw.gz"),
             "{err:#}"
         );
         let out = dir.path().join("x.xz");
-        let err = compress_view(Compressor::Xz, 10, &view, &out, 2, &|_| {}).unwrap_err();
+        let opts = CompressOpts::new(Compressor::Xz, 10, 2);
+        let err = compress_view(&view, &out, &opts, &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("level 10"), "{err:#}");
-        assert!(compress_view(Compressor::Gzip, 0, &view, &out, 2, &|_| {}).is_err());
+        let opts = CompressOpts::new(Compressor::Gzip, 0, 2);
+        assert!(compress_view(&view, &out, &opts, &|_| {}).is_err());
     }
 
     /// A view whose reads fail past some offset: the error comes back with
@@ -1087,8 +1077,8 @@ mod tests {
         let view = FileView::open(&fx.base).unwrap();
         let out = dir.path().join("fail.zst");
         let f = Loose(&view, 9 * MIB);
-        let err = compress_view_chunked(Compressor::Zstd, 3, MIB as usize, &f, &out, 3, &|_| {})
-            .unwrap_err();
+        let opts = CompressOpts::new(Compressor::Zstd, 3, 3).with_chunk(MIB as usize);
+        let err = compress_view(&f, &out, &opts, &|_| {}).unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains("injected read error"), "{msg}");
         assert!(msg.contains("fail.zst"), "{msg}");

@@ -1,0 +1,99 @@
+//! The pipeline's first stage, shared by `inspect` and `generate`: resolve
+//! the release to its OS image and import that image into the cache (or
+//! reuse an import of the same digest). Every side effect of reading the
+//! input happens here, not in the plan.
+use crate::image::fetch::Fetcher;
+use crate::oscontainer::{self, Cache, ImportRecord, OsInfo};
+use crate::plan::input::{short, Input};
+use crate::release::resolve::{self, Resolved};
+use crate::util::ui;
+use anyhow::Result;
+use std::time::Instant;
+
+/// The outcome of resolving (and maybe importing).
+pub struct Loaded {
+    pub resolved: Resolved,
+    pub import: Option<(ImportRecord, bool)>,
+    pub os: Option<OsInfo>,
+    pub cache: Cache,
+}
+
+/// Resolve the release; import the OS when `import` (or reuse a cached
+/// import of the same digest when one exists).
+pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
+    for note in &input.fetch.skipped_auth {
+        ui::status(note);
+    }
+    let cache = Cache::open(&input.cache_dir)?;
+    let tmp = cache.tempdir()?;
+    let scratch = tmp.path().join("skopeo");
+    std::fs::create_dir_all(&scratch)?;
+    let fetcher = Fetcher::new(&input.fetch, &scratch).await?;
+    let t = Instant::now();
+    let (resolved, os_img) = resolve::resolve(
+        &fetcher,
+        &input.release,
+        input.mirrors.as_ref(),
+        input.os_stream.as_deref(),
+        tmp.path(),
+    )
+    .await?;
+    ui::status(format!(
+        "OS image: release tag {}{}: {}",
+        resolved.os_tag,
+        resolved
+            .os_stream_class
+            .as_deref()
+            .map(|c| format!(" (stream {c})"))
+            .unwrap_or_default(),
+        resolved.os_choice
+    ));
+    tracing::info!(
+        "resolved release {} in {:.1?}",
+        resolved.release_version,
+        t.elapsed()
+    );
+    let mut rec = None;
+    if let Some(r) = cache.lookup_for_use(&resolved.os_digest)? {
+        ui::status(format!(
+            "OS image {}: reusing the cached import (commit {})",
+            short(&resolved.os_digest),
+            short(&r.commit)
+        ));
+        rec = Some((r, true));
+    } else if import {
+        ui::status(format!(
+            "OS image {}: importing {} ({} layers)",
+            short(&resolved.os_digest),
+            resolved.os_format,
+            os_img.manifest.layers().len()
+        ));
+        let t = Instant::now();
+        let (r, cached) =
+            oscontainer::import(&cache, &fetcher, &os_img, resolved.os_format).await?;
+        ui::status(format!(
+            "OS image {}: {} commit {} in {:.1?}",
+            short(&resolved.os_digest),
+            if cached {
+                "another run imported"
+            } else {
+                "imported"
+            },
+            short(&r.commit),
+            t.elapsed()
+        ));
+        rec = Some((r, cached));
+    }
+    fetcher.close(os_img).await.ok();
+    fetcher.finish().await.ok();
+    let os = match &rec {
+        Some((r, _)) => Some(oscontainer::read_os_info(&cache.repo, r)?),
+        None => None,
+    };
+    Ok(Loaded {
+        resolved,
+        import: rec,
+        os,
+        cache,
+    })
+}
