@@ -196,7 +196,7 @@ def main():
                 mod = module_of(rel)
                 key = os.path.relpath(path, TOP)
                 text = open(path, encoding="utf-8").read()
-                files[key] = {"crate": name, "mod": mod, "text": text}
+                files[key] = {"crate": name, "mod": mod, "text": text, "stripped": strip(text)}
                 if mod is not None:
                     by_module[(name, tuple(mod))] = key
 
@@ -206,7 +206,7 @@ def main():
     for key, f in files.items():
         if f["mod"] is None:
             continue
-        for m in re.finditer(r"\bpub\s+use\s+([^;]+);", strip(f["text"])):
+        for m in re.finditer(r"\bpub\s+use\s+([^;]+);", f["stripped"]):
             for p in expand_use(m.group(1)):
                 segs = p.split("::")
                 if segs[0] in names and segs[0] != f["crate"] and segs[-1] != "*":
@@ -226,7 +226,7 @@ def main():
     for key, f in files.items():
         if f["mod"] is None:
             continue
-        s = without_tests(strip(f["text"]))
+        s = without_tests(f["stripped"])
         f["code"] = s
         paths = []
         for m in re.finditer(r"\buse\s+([^;]+);", s):
@@ -292,7 +292,7 @@ def main():
     # Functions outside test modules.
     funcs = []
     for key, f in files.items():
-        s = f.get("code") or without_tests(strip(f["text"]))
+        s = f.get("code") or without_tests(f["stripped"])
         for m in re.finditer(r"\bfn\s+(\w+)", s):
             j, depth = m.end(), 0
             while j < len(s):

@@ -776,6 +776,7 @@ const FRESH_SKIP: &[&str] = &[
     "scripts/vcsim.sh",
     "scripts/vcsim",
     "scripts/check-imports.sh",
+    "scripts/layout-report.py",
 ];
 
 /// sha256 over the paths and contents of every file under `paths`

@@ -719,6 +719,7 @@ fn header(virtual_size: u64, layout: &Layout) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::sparse::test_support::Rng;
     use crate::util::cmd;
     use serde_json::Value;
     use std::os::unix::fs::FileExt;
@@ -726,20 +727,6 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
-
-    /// xorshift64*: deterministic non-zero test data without a rand crate.
-    struct Rng(u64);
-    impl Rng {
-        fn fill(&mut self, buf: &mut [u8]) {
-            for chunk in buf.chunks_mut(8) {
-                self.0 ^= self.0 >> 12;
-                self.0 ^= self.0 << 25;
-                self.0 ^= self.0 >> 27;
-                let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-                chunk.copy_from_slice(&v[..chunk.len()]);
-            }
-        }
-    }
 
     /// A region of the raw test image: random bytes, or written zeros
     /// (allocated on disk but all zero).
