@@ -5,10 +5,13 @@
     python3 scripts/layout-report.py --check    # ... and exit 1 on a hub
     python3 scripts/layout-report.py --cycles   # file-level cycles only;
                                                 # exit 1 when there is one
+    python3 scripts/layout-report.py --imports src/pipeline/mod.rs
+                                                # the files one file imports
 
 Reads every crate of the workspace (src/ and crates/*/src/) and prints:
   - files over 600 lines (tests included, as the file is read);
-  - the 10 longest functions outside `#[cfg(test)]` modules;
+  - the 10 longest functions outside `#[cfg(test)]` modules (inline, or
+    a `tests.rs` file);
   - the 10 files with the largest fan-out: distinct files of the workspace
     they import (`crate::`, `super::`, `self::` and the workspace's crate
     names, in `use` trees and inline paths);
@@ -289,9 +292,12 @@ def main():
         if v not in index:
             visit(v)
 
-    # Functions outside test modules.
+    # Functions outside test modules (inline ones, and the `tests.rs`
+    # files a `#[cfg(test)] mod tests;` names).
     funcs = []
     for key, f in files.items():
+        if key.endswith("/tests.rs"):
+            continue
         s = f.get("code") or without_tests(f["stripped"])
         for m in re.finditer(r"\bfn\s+(\w+)", s):
             j, depth = m.end(), 0
@@ -316,6 +322,13 @@ def main():
             last = s.count("\n", 0, end) + 1
             funcs.append((last - first + 1, f"{key}:{first}", m.group(1)))
     funcs.sort(reverse=True)
+
+    if "--imports" in sys.argv:
+        # `--imports FILE`: the workspace files FILE imports (its fan-out).
+        want = sys.argv[sys.argv.index("--imports") + 1]
+        for b in sorted(edges.get(want, ())):
+            print(b)
+        sys.exit(0)
 
     if "--cycles" in sys.argv:
         print(f"file-level import cycles: {len(sccs)}")

@@ -501,36 +501,18 @@ fn sigint_sigterm_at_random_moments() {
     std::fs::remove_dir_all(&root).ok();
 }
 
-/// A small ext4 on a loop device, mounted read-write under `at`; unmounted
-/// and detached on drop.
-struct SmallFs {
-    at: PathBuf,
-    dev: String,
-}
-
-impl SmallFs {
-    fn new(root: &Path, mib: u64) -> SmallFs {
-        let img = root.join("small.img");
-        let f = std::fs::File::create(&img).unwrap();
-        f.set_len(mib << 20).unwrap();
-        must(
-            Command::new("mkfs.ext4")
-                .args(["-q", "-F", "-m", "0"])
-                .arg(&img),
-        );
-        let dev = must(Command::new("losetup").args(["--find", "--show"]).arg(&img));
-        let at = root.join("small");
-        std::fs::create_dir_all(&at).unwrap();
-        must(Command::new("mount").arg(&dev).arg(&at));
-        SmallFs { at, dev }
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.at).status();
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
+/// A small ext4 on a loop device, mounted read-write at `root/small`;
+/// unmounted and detached on drop.
+fn small_fs(root: &Path, mib: u64) -> Mnt {
+    let img = root.join("small.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(mib << 20).unwrap();
+    must(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0"])
+            .arg(&img),
+    );
+    Mnt::dev(Loop::rw(&img), &root.join("small"))
 }
 
 #[test]
@@ -538,9 +520,9 @@ fn enospc_on_the_output_is_clean_and_the_cache_stays_good() {
     let _s = serial();
     let root = fresh("enospc");
     let cache = root.join("cache");
-    let fs = SmallFs::new(&root, 48);
-    let small_dev = fs.dev.clone();
-    let out = fs.at.join("out");
+    let fs = small_fs(&root, 48);
+    let small_dev = fs.loop_dev().to_string();
+    let out = fs.0.join("out");
     let error_lines = |log: &str| -> Vec<String> {
         log.lines()
             .filter(|l| l.starts_with("error:"))
@@ -554,7 +536,7 @@ fn enospc_on_the_output_is_clean_and_the_cache_stays_good() {
     assert_eq!(o.status.code(), Some(1), "{log}");
     let errs = error_lines(&log);
     assert_eq!(errs.len(), 1, "{log}");
-    let mnt = fs.at.display().to_string();
+    let mnt = fs.0.display().to_string();
     assert!(
         errs[0].contains(&format!("on the filesystem at {mnt} (/dev/loop")),
         "{}",

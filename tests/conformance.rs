@@ -469,13 +469,7 @@ fn unreadable_credentials() {
     std::fs::create_dir_all(&rundir).unwrap();
     std::fs::write(rundir.join("auth.json"), r#"{"auths":{}}"#).unwrap();
     std::fs::set_permissions(&rundir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    struct Cleanup(std::path::PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _g = Cleanup(rundir.clone());
+    let _g = RmDir(rundir.clone());
     let c = cache();
     std::fs::set_permissions(c.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let as_user = |args: &[&str]| {
@@ -685,10 +679,7 @@ fn os_stream_all_builds_every_stream() {
 /// picks `stream-coreos`, its only stream (booted under SeaBIOS). Each disk
 /// boots to the OS's marker: the OS chosen is the one laid down.
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn each_payloads_default_stream_builds_a_disk_that_boots() {
     let ocp5 = fxk("release_ocp5");
     let okd = fxk("release_okd");

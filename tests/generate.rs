@@ -560,10 +560,7 @@ fn boots(media: Media, fw: Firmware, platform: &str) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal_bios() {
     boots(
         Media::disk(built().raw.join("metal.raw")),
@@ -573,10 +570,7 @@ fn boot_metal_bios() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal_uefi() {
     boots(
         Media::disk(built().raw.join("metal.raw")),
@@ -597,10 +591,7 @@ fn qcow2() -> PathBuf {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 /// Under UEFI only: metal boots the same disk under BIOS too.
 fn boot_qemu_qcow2_uefi() {
     boots(
@@ -611,10 +602,7 @@ fn boot_qemu_qcow2_uefi() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal4k_uefi_4k_virtio() {
     boots(
         Media::disk_4k(built().raw.join("metal4k.raw"), boot::DiskFormat::Raw),

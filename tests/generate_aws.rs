@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const MOTO_VENV: &str = "/opt/bootimage-gen/moto";
@@ -23,7 +23,8 @@ const REGION2: &str = "us-gov-west-1";
 /// large bodies in several writes, so block uploads from parallel threads
 /// are not recorded: they are checked by reading the snapshot back).
 struct Moto {
-    child: Child,
+    #[allow(dead_code)] // held for its drop: killed first
+    child: ChildGuard,
     url: String,
     dir: PathBuf,
 }
@@ -47,7 +48,7 @@ impl Moto {
             .spawn()
             .expect("starting moto_server");
         let m = Moto {
-            child,
+            child: ChildGuard(child),
             url: format!("http://127.0.0.1:{port}"),
             dir: dir.to_path_buf(),
         };
@@ -90,13 +91,6 @@ impl Moto {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

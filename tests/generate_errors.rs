@@ -35,38 +35,12 @@ const NO_DEV: &[&str] = &[
     r#"mount -t tmpfs none /dev && exec "$0" "$@""#,
 ];
 
-/// A tmpfs mounted by the test, unmounted when dropped (even on panic).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, options: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).unwrap();
-        must(
-            Command::new("mount")
-                .args(["-t", "tmpfs", "-o", options, "none"])
-                .arg(at),
-        );
-        Tmpfs(at.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.0)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
-
 /// A temporary directory holding everything a case creates: the cache, the
 /// output directory, the tool's work files (under the cache), our tmpfs.
 struct Sandbox {
-    /// Unmounted before the directory is removed (fields drop in order).
-    mounts: Vec<Tmpfs>,
+    /// Our tmpfs mounts ([`Mnt::tmpfs`]), unmounted before the directory
+    /// is removed (fields drop in order).
+    mounts: Vec<Mnt>,
     _dir: tempfile::TempDir,
     root: PathBuf,
 }
@@ -89,7 +63,7 @@ impl Sandbox {
     }
     fn tmpfs(&mut self, rel: &str, options: &str) -> PathBuf {
         let p = self.path(rel);
-        self.mounts.push(Tmpfs::mount(&p, options));
+        self.mounts.push(Mnt::tmpfs(&p, options));
         p
     }
     fn inside(&self, p: &str) -> bool {

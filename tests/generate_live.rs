@@ -511,10 +511,7 @@ fn boot_iso(media: Media, fw: Firmware, what: &str) -> BootResult {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boots_as_cdrom_bios() {
     boot_iso(
         Media::Cdrom(artifact("live-iso")),
@@ -524,10 +521,7 @@ fn boots_as_cdrom_bios() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boots_as_cdrom_uefi() {
     boot_iso(
         Media::Cdrom(artifact("live-iso")),
@@ -537,10 +531,7 @@ fn boots_as_cdrom_uefi() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boots_as_usb_disk_bios() {
     boot_iso(
         Media::UsbDisk(artifact("live-iso")),
@@ -550,10 +541,7 @@ fn boots_as_usb_disk_bios() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boots_as_usb_disk_uefi() {
     boot_iso(
         Media::UsbDisk(artifact("live-iso")),
@@ -572,10 +560,7 @@ fn pxe_kargs() -> String {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boots_pxe_by_kernel_and_initrds() {
     let r = boot::assert_boots(
         &[Media::kernel(
@@ -591,10 +576,7 @@ fn boots_pxe_by_kernel_and_initrds() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boots_pxe_over_tftp_with_ipxe() {
     let tftp = built().root.join("tftp");
     let _ = std::fs::remove_dir_all(&tftp);
@@ -637,10 +619,7 @@ fn boots_pxe_over_tftp_with_ipxe() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn customised_iso_boots_with_its_ignition_and_kargs() {
     let copy = iso_copy("custom.iso");
     let ign = built().root.join("custom.ign");
@@ -661,10 +640,7 @@ fn customised_iso_boots_with_its_ignition_and_kargs() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn pxe_customized_initramfs_boots_with_its_ignition() {
     let b = built();
     let ign = b.root.join("pxe.ign");
@@ -703,10 +679,7 @@ fn pxe_customized_initramfs_boots_with_its_ignition() {
 // ---------------------------------------------------------- bad input
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn os_without_templates_gets_builtin_menus_that_boot() {
     let root = scratch("generate-live-nolive");
     let _ = std::fs::remove_dir_all(&root);

@@ -677,34 +677,22 @@ fn boots(platform: &str, fw: Firmware) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_aws_vmdk_uefi() {
     boots("aws", Firmware::Uefi);
 }
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_vmware_ova_disk_bios() {
     boots("vmware", Firmware::Bios);
 }
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_openstack_qcow2_bios() {
     boots("openstack", Firmware::Bios);
 }
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_azure_vhd_uefi() {
     boots("azure", Firmware::Uefi);
 }
@@ -781,18 +769,12 @@ fn virtualbox_ova_carries_its_template() {
 // these or with the platforms above; their platform ids are read back from
 // their boot filesystems in each_platform_has_its_own_kargs_and_console).
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_nutanix_compressed_qcow2_bios() {
     boots("nutanix", Firmware::Bios);
 }
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_hyperv_vhdx_uefi() {
     boots("hyperv", Firmware::Uefi);
 }

@@ -185,28 +185,13 @@ fn rootfs_img_holds_the_root_image_the_stamp_and_two_osmet_files() {
     assert!(b.log.contains("osmet metal:"), "{}", b.log);
 }
 
-/// A loop device over a new sparse file of `size` bytes.
-struct Loop {
-    dev: String,
-    file: PathBuf,
-}
-
-impl Loop {
-    fn new(file: PathBuf, size: u64) -> Loop {
-        let _ = std::fs::remove_file(&file);
-        let f = std::fs::File::create(&file).unwrap();
-        f.set_len(size).unwrap();
-        let dev = must(Command::new("losetup").args(["-f", "--show"]).arg(&file))
-            .trim()
-            .to_string();
-        Loop { dev, file }
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
+/// A read-write loop device ([`Loop`]) over a new sparse file of `size`
+/// bytes at `file`.
+fn sparse_loop(file: &Path, size: u64) -> Loop {
+    let _ = std::fs::remove_file(file);
+    let f = std::fs::File::create(file).unwrap();
+    f.set_len(size).unwrap();
+    Loop::rw(file)
 }
 
 #[test]
@@ -221,18 +206,19 @@ fn coreos_installer_rebuilds_metal_and_metal4k_byte_for_byte_offline() {
         let img = &b.meta["images"][key];
         let size = img["uncompressed-size"].as_u64().unwrap();
         let want = img["uncompressed-sha256"].as_str().unwrap();
-        let l = Loop::new(b.root.join(format!("{key}.rebuilt")), size);
+        let file = b.root.join(format!("{key}.rebuilt"));
+        let l = sparse_loop(&file, size);
         let t = Instant::now();
         must(
             Command::new("coreos-installer")
                 .args(["dev", "extract", "osmet", "--osmet"])
                 .arg(b.rootfs_dir.join(osmet_name(key)))
                 .arg(&repo)
-                .arg(&l.dev),
+                .arg(&l.0),
         );
         let secs = t.elapsed().as_secs_f64();
         drop(Command::new("sync").status());
-        let got = sha256_file(&l.file);
+        let got = sha256_file(&file);
         eprintln!(
             "{key}: coreos-installer rebuilt {} MiB from {} KiB of osmet in {secs:.1} s",
             size >> 20,
@@ -245,7 +231,6 @@ fn coreos_installer_rebuilds_metal_and_metal4k_byte_for_byte_offline() {
             got, want,
             "{key} rebuilt by coreos-installer differs from meta.json"
         );
-        let file = l.file.clone();
         drop(l);
         std::fs::remove_file(file).ok();
     }
@@ -511,8 +496,8 @@ fn minimal_iso_extracts_and_customises() {
 /// stopped when dropped.
 struct Http {
     port: u16,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    #[allow(dead_code)] // held for its drop
+    server: ServerThread,
 }
 
 impl Http {
@@ -520,9 +505,7 @@ impl Http {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.set_nonblocking(true).unwrap();
         let port = l.local_addr().unwrap().port();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
+        let server = ServerThread::spawn(move |s| {
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 match l.accept() {
                     Ok((mut c, _)) => {
@@ -543,20 +526,7 @@ impl Http {
                 }
             }
         });
-        Http {
-            port,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        Http { port, server }
     }
 }
 

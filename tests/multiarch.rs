@@ -515,19 +515,13 @@ fn boots_disk(media: Media, platform: &str) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal_aavmf() {
     boots_disk(Media::disk(built().raw.join("metal.raw")), "metal");
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal4k_aavmf_4k_disk() {
     boots_disk(
         Media::disk_4k(built().raw.join("metal4k.raw"), DiskFormat::Raw),
@@ -536,50 +530,35 @@ fn boot_metal4k_aavmf_4k_disk() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_qemu_qcow2_aavmf() {
     let p = ungz_in(built(), "qemu", "qemu.qcow2");
     boots_disk(Media::disk_as(p, DiskFormat::Qcow2), "qemu");
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_aws_vmdk_aavmf() {
     let p = ungz_in(built(), "aws", "aws.vmdk");
     boots_disk(Media::disk_as(p, DiskFormat::Vmdk), "aws");
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_live_iso_as_cd_aavmf() {
     let media = Media::Cdrom(artifact_in(built(), "live-iso"));
     boots(built(), Firmware::Aavmf, media, "metal", Mode::LiveIso);
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_live_iso_as_usb_disk_aavmf() {
     let media = Media::UsbDisk(artifact_in(built(), "live-iso"));
     boots(built(), Firmware::Aavmf, media, "metal", Mode::LiveIso);
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_pxe_by_kernel_and_initrds_aarch64() {
     boots(
         built(),
@@ -856,10 +835,7 @@ fn boots_ppc(media: Media, platform: &str, mode: Mode) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal_slof() {
     boots_ppc(
         Media::disk(ppc().raw.join("metal.raw")),
@@ -869,20 +845,14 @@ fn boot_metal_slof() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_qemu_qcow2_slof() {
     let p = ungz_in(ppc(), "qemu", "qemu.qcow2");
     boots_ppc(Media::disk_as(p, DiskFormat::Qcow2), "qemu", Mode::Disk);
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_live_iso_as_cd_slof() {
     boots_ppc(
         Media::Cdrom(artifact_in(ppc(), "live-iso")),
@@ -892,10 +862,7 @@ fn boot_live_iso_as_cd_slof() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_pxe_by_kernel_and_initrds_ppc64le() {
     boots_ppc(pxe_media(ppc(), "console=hvc0"), "metal", Mode::LivePxe);
 }
@@ -1000,19 +967,13 @@ fn boots_z(media: Media, platform: &str, mode: Mode) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal_s390x() {
     boots_z(Media::disk(z().raw.join("metal.raw")), "metal", Mode::Disk);
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_metal4k_s390x_4k_disk() {
     boots_z(
         Media::disk_4k(z().raw.join("metal4k.raw"), DiskFormat::Raw),
@@ -1022,20 +983,14 @@ fn boot_metal4k_s390x_4k_disk() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_qemu_qcow2_s390x() {
     let p = ungz_in(z(), "qemu", "qemu.qcow2");
     boots_z(Media::disk_as(p, DiskFormat::Qcow2), "qemu", Mode::Disk);
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_pxe_by_kernel_and_initrds_s390x() {
     let b = z();
     boots_z(
@@ -1056,10 +1011,7 @@ fn boot_pxe_by_kernel_and_initrds_s390x() {
 /// loopback: its appliance carries qemu-user-static for the OS's zipl. The
 /// disk has zipl's record and boots.
 #[test]
-#[cfg_attr(
-    not(feature = "boot"),
-    ignore = "boot tier: cargo test --features boot"
-)]
+#[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn s390x_disk_from_the_nokvm_vm_boots() {
     let root = scratch("multiarch-s390x-vm");
     let _ = std::fs::remove_dir_all(&root);

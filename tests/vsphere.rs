@@ -12,10 +12,11 @@
 mod common;
 use bootimage_gen::formats::ova::{write_ova, OvaParams};
 use bootimage_gen::io::view::FileView;
+use common::ChildGuard;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,8 @@ fn vcsim_bin() -> &'static Path {
 
 /// A running simulator; killed on drop.
 struct Sim {
-    child: Child,
+    #[allow(dead_code)] // held for its drop: killed first
+    child: ChildGuard,
     url: String,
     ca: PathBuf,
     dir: tempfile::TempDir,
@@ -93,7 +95,7 @@ impl Sim {
         Sim {
             url: f[1].to_string(),
             ca: PathBuf::from(f[2]),
-            child,
+            child: ChildGuard(child),
             dir,
             cert_host,
         }
@@ -162,13 +164,6 @@ impl Sim {
             c.env(k, v);
         }
         c.output().unwrap()
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,6 +1,9 @@
 //! The live root tree (SPEC 5.1) staged from the base disk without
 //! touching it, and the guards that unmount it.
-use crate::disk::{derive, layout::Layout};
+use crate::disk::{
+    derive,
+    layout::{Layout, Placed},
+};
 use crate::sys::loopback::{LoopDevice, Mount, Mounted};
 use crate::util::cancel;
 use anyhow::{Context, Result};
@@ -82,7 +85,6 @@ pub(super) fn live_tree(
     stage: &Path,
     notes: &mut Vec<String>,
 ) -> Result<LiveTreeGuards> {
-    use std::os::unix::fs::PermissionsExt;
     let boot_p = src.layout.part("boot").clone();
     let boot_img = dir.join("live-boot.img");
     let mut g = LiveTreeGuards {
@@ -90,98 +92,7 @@ pub(super) fn live_tree(
         boot: None,
         boot_img: boot_img.clone(),
     };
-    let res = (|| -> Result<()> {
-        g.mounts.push(Mount::new(src.root, stage, "none", "bind")?);
-        let cfg = stage.join("ostree/repo/config");
-        let text =
-            std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
-        if text.lines().any(|l| l.trim() == "readonly=true") {
-            let copy = dir.join("repo-config");
-            let kept: String = text
-                .lines()
-                .filter(|l| l.trim() != "readonly=true")
-                .map(|l| format!("{l}\n"))
-                .collect();
-            std::fs::write(&copy, kept).with_context(|| format!("writing {}", copy.display()))?;
-            g.mounts.push(Mount::new(&copy, &cfg, "none", "bind")?);
-        }
-        drop(derive::copy_region(
-            src.disk,
-            boot_p.start,
-            boot_p.size,
-            &boot_img,
-        )?);
-        let dev = LoopDevice::attach(&boot_img, 0, boot_p.size, 512)?;
-        let bm = Mounted::new(dev, &stage.join("boot"), "ext4", "rw")?;
-        let boot = bm.path().to_path_buf();
-        g.boot = Some(bm);
-        // The kernel and its HMAC, hardlinked from /boot/ostree/<dir>/.
-        let mut kernels = Vec::new();
-        let mut hmacs = Vec::new();
-        let ostree_boot = boot.join("ostree");
-        for d in std::fs::read_dir(&ostree_boot)
-            .with_context(|| format!("reading {}", ostree_boot.display()))?
-        {
-            let d = d?.path();
-            if !d.is_dir() {
-                continue;
-            }
-            for f in std::fs::read_dir(&d)? {
-                let f = f?;
-                let n = f.file_name().to_string_lossy().into_owned();
-                if n.starts_with("vmlinuz") {
-                    kernels.push(f.path());
-                } else if n.starts_with('.') && n.ends_with(".hmac") {
-                    hmacs.push(f.path());
-                }
-            }
-        }
-        kernels.sort();
-        hmacs.sort();
-        let k = kernels.first().with_context(|| {
-            format!(
-                "the deployment put no vmlinuz* under /boot/ostree/*/ (in {})",
-                ostree_boot.display()
-            )
-        })?;
-        let link = |p: &Path| -> Result<()> {
-            let to = boot.join(p.file_name().expect("name"));
-            std::fs::hard_link(p, &to)
-                .with_context(|| format!("linking {} to {}", p.display(), to.display()))
-        };
-        link(k)?;
-        match hmacs.first() {
-            Some(h) => link(h)?,
-            None => notes.push("live: the OS's kernel has no .hmac (/usr/lib/modules/<kver>/.vmlinuz.hmac), so the live /boot has the kernel only; osbuild requires one (FIPS boots check it)".to_string()),
-        }
-        // /boot/efi: the ESP's files (arches without an ESP have none).
-        let Some(esp) = &src.efi else {
-            return Ok(());
-        };
-        let efi = boot.join("efi");
-        std::fs::create_dir_all(efi.join("EFI"))?;
-        copy_tree(esp.src, &efi.join("EFI"))?;
-        for (rel, data) in esp.esp_files {
-            let p = efi.join(rel);
-            if let Some(d) = p.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            std::fs::write(&p, data).with_context(|| format!("writing {}", p.display()))?;
-        }
-        let mut stack = vec![efi.clone()];
-        while let Some(d) = stack.pop() {
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))?;
-            for e in std::fs::read_dir(&d)? {
-                let e = e?;
-                if e.file_type()?.is_dir() {
-                    stack.push(e.path());
-                } else {
-                    std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o755))?;
-                }
-            }
-        }
-        Ok(())
-    })();
+    let res = stage_live_tree(src, dir, stage, &boot_p, &boot_img, &mut g, notes);
     match res {
         Ok(()) => Ok(g),
         Err(e) => {
@@ -189,6 +100,157 @@ pub(super) fn live_tree(
             Err(e)
         }
     }
+}
+
+/// Make the live root tree in `stage`, each mount kept in `g` as it is made
+/// (the caller closes them on an error).
+fn stage_live_tree(
+    src: &LiveTreeSrc,
+    dir: &Path,
+    stage: &Path,
+    boot_p: &Placed,
+    boot_img: &Path,
+    g: &mut LiveTreeGuards,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    mount_root(src.root, dir, stage, g)?;
+    let boot = mount_boot_copy(src.disk, boot_p, boot_img, stage, g)?;
+    link_kernel(&boot, notes)?;
+    // /boot/efi: the ESP's files (arches without an ESP have none).
+    let Some(esp) = &src.efi else {
+        return Ok(());
+    };
+    copy_esp(&boot, esp)
+}
+
+/// Bind-mount the root filesystem on `stage`, and over its
+/// `ostree/repo/config` a copy (in `dir`) without `readonly=true`.
+fn mount_root(root: &Path, dir: &Path, stage: &Path, g: &mut LiveTreeGuards) -> Result<()> {
+    g.mounts.push(Mount::new(root, stage, "none", "bind")?);
+    let cfg = stage.join("ostree/repo/config");
+    let text =
+        std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
+    if text.lines().any(|l| l.trim() == "readonly=true") {
+        let copy = dir.join("repo-config");
+        let kept: String = text
+            .lines()
+            .filter(|l| l.trim() != "readonly=true")
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&copy, kept).with_context(|| format!("writing {}", copy.display()))?;
+        g.mounts.push(Mount::new(&copy, &cfg, "none", "bind")?);
+    }
+    Ok(())
+}
+
+/// Copy the base disk's boot partition to `boot_img` and mount the copy on
+/// `stage`'s `/boot`; returns where it is mounted.
+fn mount_boot_copy(
+    disk: &std::fs::File,
+    boot_p: &Placed,
+    boot_img: &Path,
+    stage: &Path,
+    g: &mut LiveTreeGuards,
+) -> Result<PathBuf> {
+    drop(derive::copy_region(
+        disk,
+        boot_p.start,
+        boot_p.size,
+        boot_img,
+    )?);
+    let dev = LoopDevice::attach(boot_img, 0, boot_p.size, 512)?;
+    let bm = Mounted::new(dev, &stage.join("boot"), "ext4", "rw")?;
+    let boot = bm.path().to_path_buf();
+    g.boot = Some(bm);
+    Ok(boot)
+}
+
+/// Hardlink the deployment's kernel and its `.hmac` into the top of `boot`
+/// (a note when there is no `.hmac`).
+fn link_kernel(boot: &Path, notes: &mut Vec<String>) -> Result<()> {
+    // The kernel and its HMAC, hardlinked from /boot/ostree/<dir>/.
+    let ostree_boot = boot.join("ostree");
+    let (mut kernels, mut hmacs) = kernel_files(&ostree_boot)?;
+    kernels.sort();
+    hmacs.sort();
+    let k = kernels.first().with_context(|| {
+        format!(
+            "the deployment put no vmlinuz* under /boot/ostree/*/ (in {})",
+            ostree_boot.display()
+        )
+    })?;
+    link_into(boot, k)?;
+    match hmacs.first() {
+        Some(h) => link_into(boot, h)?,
+        None => notes.push("live: the OS's kernel has no .hmac (/usr/lib/modules/<kver>/.vmlinuz.hmac), so the live /boot has the kernel only; osbuild requires one (FIPS boots check it)".to_string()),
+    }
+    Ok(())
+}
+
+/// The `vmlinuz*` and `.*.hmac` files of the directories under
+/// `ostree_boot`, unsorted.
+fn kernel_files(ostree_boot: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let mut kernels = Vec::new();
+    let mut hmacs = Vec::new();
+    for d in std::fs::read_dir(ostree_boot)
+        .with_context(|| format!("reading {}", ostree_boot.display()))?
+    {
+        let d = d?.path();
+        if !d.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&d)? {
+            let f = f?;
+            let n = f.file_name().to_string_lossy().into_owned();
+            if n.starts_with("vmlinuz") {
+                kernels.push(f.path());
+            } else if n.starts_with('.') && n.ends_with(".hmac") {
+                hmacs.push(f.path());
+            }
+        }
+    }
+    Ok((kernels, hmacs))
+}
+
+/// Hardlink `p` into `boot` under its own name.
+fn link_into(boot: &Path, p: &Path) -> Result<()> {
+    let to = boot.join(p.file_name().expect("name"));
+    std::fs::hard_link(p, &to)
+        .with_context(|| format!("linking {} to {}", p.display(), to.display()))
+}
+
+/// Fill `boot`'s `efi/` with the ESP's files: the OS's EFI tree and the
+/// stub configs, all mode 0755.
+fn copy_esp(boot: &Path, esp: &LiveEfi) -> Result<()> {
+    let efi = boot.join("efi");
+    std::fs::create_dir_all(efi.join("EFI"))?;
+    copy_tree(esp.src, &efi.join("EFI"))?;
+    for (rel, data) in esp.esp_files {
+        let p = efi.join(rel);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(&p, data).with_context(|| format!("writing {}", p.display()))?;
+    }
+    open_modes(&efi)
+}
+
+/// Set mode 0755 on `top` and everything under it.
+fn open_modes(top: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![top.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))?;
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+            } else {
+                std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copy the regular files and directories of `from` into `to`.

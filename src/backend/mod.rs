@@ -1,7 +1,11 @@
 //! Backends decide where the privileged disk steps run. `loopback` runs them
 //! on this host with loop devices and mounts; `kvm` and `nokvm` inside a
 //! throw-away VM ([`vm`]).
+mod base_fs;
+mod boot_fs;
+mod bootloaders;
 pub mod job;
+mod live_stage;
 mod live_tree;
 mod loopback;
 pub mod vm;

@@ -1,4 +1,5 @@
 //! Command handlers, named after the CLI path.
+mod all_streams;
 pub mod completions;
 pub mod gc;
 pub mod generate;

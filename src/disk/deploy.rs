@@ -109,6 +109,29 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// `--sysroot=` of the sysroot, as the tool sees it.
+    fn sysroot_arg(&self) -> String {
+        format!("--sysroot={}", self.sysroot)
+    }
+
+    /// `--repo=` of the sysroot's repo, as the tool sees it.
+    fn repo_arg(&self) -> String {
+        format!("--repo={}/ostree/repo", self.sysroot)
+    }
+
+    /// `ostree config set K V` on the sysroot repo.
+    fn config_set(&self, k: &str, v: &str) -> Result<()> {
+        cmd::run(&mut self.ostree(vec![
+            "config".into(),
+            self.repo_arg(),
+            "set".into(),
+            k.into(),
+            v.into(),
+        ])?)
+        .with_context(|| format!("setting {k} in the sysroot repo"))?;
+        Ok(())
+    }
+
     fn ostree(&self, args: Vec<String>) -> Result<std::process::Command> {
         Ok(match self.tool {
             Tool::Host => cmd::new("ostree", args),
@@ -187,7 +210,6 @@ pub fn bls_entries(boot: &Path) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// Deploy into the mounted sysroot at `root`.
 /// The one deployment's root under the sysroot `root`
 /// (`ostree/deploy/<stateroot>/deploy/<checksum>.<serial>`).
 pub fn deployment_root(root: &Path) -> Result<PathBuf> {
@@ -215,6 +237,7 @@ pub fn deployment_root(root: &Path) -> Result<PathBuf> {
     Ok(deployments.remove(0))
 }
 
+/// Deploy into the mounted sysroot at `root`.
 pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     let t = Runner::new(d.tool, root, d.source_repo);
     let mut labelled = Vec::new();
@@ -222,8 +245,44 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     if let Some(l) = d.labeller {
         labelled.push(("/".to_string(), l.label(root, "/")?));
     }
-    let sysroot = format!("--sysroot={}", t.sysroot);
-    let repo = format!("--repo={}/ostree/repo", t.sysroot);
+    init_sysroot(&t, d)?;
+    crate::util::cancel::check()?;
+    pull_commit(&t, d)?;
+    let boot = root.join("boot");
+    deploy_commit(root, &boot, &t, d)?;
+    if d.zipl {
+        // cosa build.common.ipp.yaml: `bootloader: zipl` once deployed, so
+        // that later updates on the machine run zipl.
+        t.config_set("sysroot.bootloader", "zipl")?;
+    }
+    let dep = deployment_root(root)?;
+    if let Some(l) = d.labeller {
+        label_deployment(l, &dep, &mut labelled)?;
+    }
+    write_root_files(root, &boot, d)?;
+    // What we wrote at the top of the physical root (the aleph file):
+    // labelled like the rest of it (`/ostree` holds the deployment, whose
+    // labels come from the commit; `/boot` is labelled on its own).
+    if let Some(l) = d.labeller {
+        let n = l.setfiles(root, "/", &PHYSICAL_ROOT_OWN_LABELS, false)?;
+        if let Some(e) = labelled.first_mut() {
+            e.1 += n;
+        }
+    }
+    let entries = bls_entries(&boot)?;
+    if entries.is_empty() {
+        bail!("ostree wrote no boot loader entry under /boot/loader/entries");
+    }
+    Ok(Deployed {
+        deploy_dir: dep.strip_prefix(root).unwrap_or(&dep).to_path_buf(),
+        entries,
+        labelled,
+    })
+}
+
+/// `ostree admin init-fs` and `os-init`, then the sysroot repo's
+/// configuration (SPEC 2).
+fn init_sysroot(t: &Runner, d: &Deploy) -> Result<()> {
     cmd::run(&mut t.ostree(vec![
         "admin".into(),
         "init-fs".into(),
@@ -234,31 +293,26 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     cmd::run(&mut t.ostree(vec![
         "admin".into(),
         "os-init".into(),
-        sysroot.clone(),
+        t.sysroot_arg(),
         d.osname.into(),
     ])?)
     .with_context(|| format!("ostree admin os-init {}", d.osname))?;
-    let config_set = |k: &str, v: &str| -> Result<()> {
-        cmd::run(&mut t.ostree(vec![
-            "config".into(),
-            repo.clone(),
-            "set".into(),
-            k.into(),
-            v.into(),
-        ])?)
-        .with_context(|| format!("setting {k} in the sysroot repo"))?;
-        Ok(())
-    };
     for (k, v) in REPO_CONFIG {
-        config_set(k, v)?;
+        t.config_set(k, v)?;
     }
     if !d.zipl {
         // cosa build.common.ipp.yaml, every arch but s390x: entries other
         // than the default get `grub_users ""` (anyone may boot them).
         let (k, v) = BLS_APPEND_EXCEPT_DEFAULT;
-        config_set(k, v)?;
+        t.config_set(k, v)?;
     }
-    crate::util::cancel::check()?;
+    Ok(())
+}
+
+/// The commit into the sysroot repo (`pull-local`), with the image's refs
+/// when it came from an image.
+fn pull_commit(t: &Runner, d: &Deploy) -> Result<()> {
+    let repo = t.repo_arg();
     // The merge commit, and each layer's ref with its commit, as
     // `ostree container image pull` leaves them on a node.
     let mut pull = vec![
@@ -281,13 +335,19 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         // and rpm-ostree resolve the booted image through.
         cmd::run(&mut t.ostree(vec![
             "refs".into(),
-            repo.clone(),
+            repo,
             format!("--create={}", r.image),
             d.commit.into(),
         ])?)
         .with_context(|| format!("creating the image ref {} in the sysroot repo", r.image))?;
     }
-    let boot = root.join("boot");
+    Ok(())
+}
+
+/// `/boot/efi` and the first-boot stamp on the boot filesystem `boot`,
+/// then `ostree admin deploy` of the commit with its origin file and
+/// kernel arguments (the origin file is removed after).
+fn deploy_commit(root: &Path, boot: &Path, t: &Runner, d: &Deploy) -> Result<()> {
     std::fs::create_dir_all(boot.join("efi")).context("creating /boot/efi")?;
     write(&boot.join(FIRSTBOOT_STAMP), b"")?;
     let origin_rel = format!("ostree/deploy/{}/origin.tmp", d.osname);
@@ -296,7 +356,7 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     let mut args: Vec<String> = vec![
         "admin".into(),
         "deploy".into(),
-        sysroot.clone(),
+        t.sysroot_arg(),
         format!("--os={}", d.osname),
         format!("--origin-file={}/{origin_rel}", t.sysroot),
         "--karg-none".into(),
@@ -307,21 +367,29 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     cmd::run(&mut t.ostree(args)?)
         .with_context(|| format!("deploying {} as stateroot {}", d.commit, d.osname))?;
     std::fs::remove_file(&origin).ok();
-    if d.zipl {
-        // cosa build.common.ipp.yaml: `bootloader: zipl` once deployed, so
-        // that later updates on the machine run zipl.
-        config_set("sysroot.bootloader", "zipl")?;
-    }
-    let dep = deployment_root(root)?;
-    if let Some(l) = d.labeller {
-        labelled.push(("/etc".into(), l.label(&dep.join("etc"), "/etc")?));
-        let var = dep
-            .parent()
-            .and_then(Path::parent)
-            .context("the deployment has no stateroot")?
-            .join("var");
-        labelled.push(("/var".into(), l.label(&var, "/var")?));
-    }
+    Ok(())
+}
+
+/// Label the deployment `dep`'s `/etc` and its stateroot's `/var`; the
+/// counts go to `labelled`.
+fn label_deployment(
+    l: &super::selinux::Labeller<'_>,
+    dep: &Path,
+    labelled: &mut Vec<(String, usize)>,
+) -> Result<()> {
+    labelled.push(("/etc".into(), l.label(&dep.join("etc"), "/etc")?));
+    let var = dep
+        .parent()
+        .and_then(Path::parent)
+        .context("the deployment has no stateroot")?
+        .join("var");
+    labelled.push(("/var".into(), l.label(&var, "/var")?));
+    Ok(())
+}
+
+/// The aleph file and its CoreOS name at the top of the physical root
+/// `root`, and `platforms.json` (when the OS has one) on `boot`.
+fn write_root_files(root: &Path, boot: &Path, d: &Deploy) -> Result<()> {
     write(
         &root.join(ALEPH),
         &serde_json::to_vec_pretty(&d.aleph).context("serialising the aleph file")?,
@@ -331,22 +399,5 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     if let Some(p) = d.platforms_json {
         write(&boot.join(BOOT_PLATFORMS_JSON), p)?;
     }
-    // What we wrote at the top of the physical root (the aleph file):
-    // labelled like the rest of it (`/ostree` holds the deployment, whose
-    // labels come from the commit; `/boot` is labelled on its own).
-    if let Some(l) = d.labeller {
-        let n = l.setfiles(root, "/", &PHYSICAL_ROOT_OWN_LABELS, false)?;
-        if let Some(e) = labelled.first_mut() {
-            e.1 += n;
-        }
-    }
-    let entries = bls_entries(&boot)?;
-    if entries.is_empty() {
-        bail!("ostree wrote no boot loader entry under /boot/loader/entries");
-    }
-    Ok(Deployed {
-        deploy_dir: dep.strip_prefix(root).unwrap_or(&dep).to_path_buf(),
-        entries,
-        labelled,
-    })
+    Ok(())
 }

@@ -90,10 +90,7 @@ mod tests {
     /// grub.cfg from `efi_stub_cfg`, finds the boot filesystem and boots the
     /// test kernel from the boot grub.cfg. Needs root, qemu and OVMF.
     #[test]
-    #[cfg_attr(
-        not(feature = "boot"),
-        ignore = "boots qemu, needs root: a loop device (--features boot)"
-    )]
+    #[cfg_attr(not(feature = "boot"), ignore = "boots qemu as root (--features boot)")]
     fn ovmf_boots_grub_from_the_esp() {
         use crate::disk::bios::tests::{boot_and_check, gpt_disk, write_boot_fs};
         use crate::disk::grubcfg::efi_stub_cfg;

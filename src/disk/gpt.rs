@@ -121,15 +121,8 @@ pub fn write<W: Write + Seek>(disk: &mut W, l: &Layout, disk_guid: &str) -> Resu
 mod tests {
     use super::super::layout::{DISK_GUID, MIB, PARTITIONS};
     use super::*;
+    use crate::sys::loopback::LoopDevice;
     use std::process::Command;
-
-    /// Detaches the loop device when dropped.
-    struct Loop(String);
-    impl Drop for Loop {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").args(["-d", &self.0]).status();
-        }
-    }
 
     /// `sfdisk -J` of the image; 4K images are read through a loop device
     /// with 4096-byte logical sectors (sfdisk has no sector-size option).
@@ -138,18 +131,11 @@ mod tests {
         let dev = if ss == 512 {
             path.display().to_string()
         } else {
-            let o = Command::new("losetup")
-                .args(["--find", "--show", "--sector-size", &ss.to_string()])
-                .arg(path)
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "losetup (needs root): {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            let d = String::from_utf8(o.stdout).unwrap().trim().to_string();
-            _guard = Some(Loop(d.clone()));
+            let size = std::fs::metadata(path).unwrap().len();
+            let l = LoopDevice::attach(path, 0, size, ss)
+                .unwrap_or_else(|e| panic!("losetup (needs root): {e:#}"));
+            let d = l.path().display().to_string();
+            _guard = Some(l);
             d
         };
         let o = Command::new("sfdisk").args(["-J", &dev]).output().unwrap();

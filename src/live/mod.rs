@@ -574,69 +574,7 @@ pub fn render(
             continue;
         };
         let text = text.replace(PH_VOLID, volid).replace(PH_VERSION, version);
-        let mut out = String::with_capacity(text.len() + 2048);
-        let mut rest = text.as_str();
-        while let Some(i) = rest.find(PH_KARGS) {
-            out.push_str(&rest[..i]);
-            let after = &rest[i + PH_KARGS.len()..];
-            let eol = after.find('\n').unwrap_or(after.len());
-            let embed_next = after[eol..].strip_prefix('\n').is_some_and(|next| {
-                let end = next.find('\n').unwrap_or(next.len());
-                is_embed_line(next[..end].trim_end_matches('\r'))
-            });
-            if upstream && !embed_next {
-                out.push_str(&kargs.join(" "));
-                rest = after;
-                continue;
-            }
-            let fixed: Vec<&str> = after[..eol].split_whitespace().collect();
-            if fixed.iter().any(|k| k.contains("@@")) {
-                bail!(
-                    "live template {}: another placeholder follows {PH_KARGS} on its line ({:?})",
-                    t.path,
-                    &after[..eol]
-                );
-            }
-            let mut line: Vec<&str> = kargs
-                .iter()
-                .map(String::as_str)
-                .filter(|k| !fixed.contains(k))
-                .collect();
-            line.extend(fixed.iter().copied());
-            let line = line.join(" ");
-            if line.len() + KARG_EMBED_PAD > KARG_EMBED_MAX {
-                bail!(
-                    "the live kernel arguments are {} bytes long; coreos-installer accepts karg embed areas of at most {KARG_EMBED_MAX} bytes, so they must stay under {} bytes: shorten image.json extra-kargs",
-                    line.len(),
-                    KARG_EMBED_MAX - KARG_EMBED_PAD
-                );
-            }
-            match &line_kargs {
-                Some((first, path)) if *first != line => bail!(
-                    "live templates {path} and {} give different kernel arguments ({first:?} and {line:?}); coreos/kargs.json has one default, so their kargs lines must agree",
-                    t.path
-                ),
-                Some(_) => {}
-                None => line_kargs = Some((line.clone(), t.path.clone())),
-            }
-            areas.push(EmbedArea {
-                path: t.path.clone(),
-                offset: out.len() as u64,
-            });
-            out.push_str(&line);
-            out.push('\n');
-            out.push_str(&"#".repeat(KARG_EMBED_PAD));
-            out.push_str(KARG_EMBED_MARKER);
-            rest = &after[eol..];
-            // The template's own embed area line is replaced by ours.
-            if let Some(next) = rest.strip_prefix('\n') {
-                let end = next.find('\n').unwrap_or(next.len());
-                if is_embed_line(next[..end].trim_end_matches('\r')) {
-                    rest = &next[end..];
-                }
-            }
-        }
-        out.push_str(rest);
+        let out = fill_kargs(&t.path, &text, kargs, upstream, &mut line_kargs, &mut areas)?;
         if let Some(p) = leftover_placeholder(&out) {
             bail!(
                 "live template {} holds the placeholder {p}, which this tool does not know ({PH_KARGS}, {PH_VOLID} and {PH_VERSION} are filled in)",
@@ -660,6 +598,107 @@ pub fn render(
         areas,
         kargs,
     })
+}
+
+/// Fill each `@@KERNEL-ARGS@@` of the template at `path` (its `text` with
+/// the other placeholders filled): a kargs line and our embed area (noted
+/// in `areas`), or with `upstream` templates and no embed line after it,
+/// the kargs alone. `line_kargs` holds the first kargs line and its file.
+fn fill_kargs(
+    path: &str,
+    text: &str,
+    kargs: &[String],
+    upstream: bool,
+    line_kargs: &mut Option<(String, String)>,
+    areas: &mut Vec<EmbedArea>,
+) -> Result<String> {
+    let mut out = String::with_capacity(text.len() + 2048);
+    let mut rest = text;
+    while let Some(i) = rest.find(PH_KARGS) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + PH_KARGS.len()..];
+        let eol = after.find('\n').unwrap_or(after.len());
+        let embed_next = past_embed_line(&after[eol..]).is_some();
+        if upstream && !embed_next {
+            out.push_str(&kargs.join(" "));
+            rest = after;
+            continue;
+        }
+        let line = kargs_line(path, &after[..eol], kargs)?;
+        agree_kargs(line_kargs, &line, path)?;
+        areas.push(EmbedArea {
+            path: path.to_string(),
+            offset: out.len() as u64,
+        });
+        out.push_str(&line);
+        out.push('\n');
+        out.push_str(&"#".repeat(KARG_EMBED_PAD));
+        out.push_str(KARG_EMBED_MARKER);
+        rest = &after[eol..];
+        // The template's own embed area line is replaced by ours.
+        if let Some(past) = past_embed_line(rest) {
+            rest = past;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// When `s` is a newline and then a karg embed area line, what follows
+/// that line (from its own newline on).
+fn past_embed_line(s: &str) -> Option<&str> {
+    let next = s.strip_prefix('\n')?;
+    let end = next.find('\n').unwrap_or(next.len());
+    if is_embed_line(next[..end].trim_end_matches('\r')) {
+        Some(&next[end..])
+    } else {
+        None
+    }
+}
+
+/// The kargs line of the template at `path`: our kargs but those the
+/// template puts after its placeholder (`after_ph`, to its line's end),
+/// then those.
+fn kargs_line(path: &str, after_ph: &str, kargs: &[String]) -> Result<String> {
+    let fixed: Vec<&str> = after_ph.split_whitespace().collect();
+    if fixed.iter().any(|k| k.contains("@@")) {
+        bail!(
+            "live template {}: another placeholder follows {PH_KARGS} on its line ({:?})",
+            path,
+            after_ph
+        );
+    }
+    let mut line: Vec<&str> = kargs
+        .iter()
+        .map(String::as_str)
+        .filter(|k| !fixed.contains(k))
+        .collect();
+    line.extend(fixed.iter().copied());
+    let line = line.join(" ");
+    if line.len() + KARG_EMBED_PAD > KARG_EMBED_MAX {
+        bail!(
+            "the live kernel arguments are {} bytes long; coreos-installer accepts karg embed areas of at most {KARG_EMBED_MAX} bytes, so they must stay under {} bytes: shorten image.json extra-kargs",
+            line.len(),
+            KARG_EMBED_MAX - KARG_EMBED_PAD
+        );
+    }
+    Ok(line)
+}
+
+/// Check the kargs `line` of the template at `this` against the first one
+/// (`line_kargs`, kept with its file), or keep it as the first.
+fn agree_kargs(line_kargs: &mut Option<(String, String)>, line: &str, this: &str) -> Result<()> {
+    if let Some((first, path)) = line_kargs.as_ref() {
+        if *first != line {
+            bail!(
+                "live templates {path} and {} give different kernel arguments ({first:?} and {line:?}); coreos/kargs.json has one default, so their kargs lines must agree",
+                this
+            );
+        }
+        return Ok(());
+    }
+    *line_kargs = Some((line.to_string(), this.to_string()));
+    Ok(())
 }
 
 fn leftover_placeholder(s: &str) -> Option<String> {

@@ -2,10 +2,15 @@
 //! `platforms.json` (coreos-assembler / fedora-coreos-config), or the legacy
 //! `/bootimage.json`. Missing keys take the RHCOS defaults (SPEC 1.2), and
 //! each value remembers whether it came from the OS or is a default.
-use anyhow::{anyhow, bail, Context, Result};
+//!
+//! `platforms.json` is read in `platforms` (re-exported here).
+mod platforms;
+
+pub use platforms::{ConsoleTable, PlatformConsole, Platforms, PlatformsShape, ARCH_KEYS};
+
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 
 /// The first line of `console.cfg` (cosa / SPEC 2), and the line a cosa-era
 /// `grub-script` marks the place of the platform's console commands with.
@@ -129,46 +134,81 @@ impl ImageConfig {
             Some(_) => bail!("{source} is not a JSON object"),
             None => &empty,
         };
-        let d = defaults();
-        let pick = |k: &str| -> (Value, String) {
-            match obj.get(k) {
-                Some(v) if !v.is_null() => (v.clone(), source.to_string()),
-                _ => (d[k].clone(), "default".to_string()),
-            }
+        let keys = Keys {
+            obj,
+            source,
+            defaults: defaults(),
         };
-        let u = |k: &str| -> Result<Setting<u64>> {
-            let (v, s) = pick(k);
-            let n = v
-                .as_u64()
-                .or_else(|| v.as_str().and_then(|x| x.parse().ok()));
-            let n =
-                n.with_context(|| format!("{source}: '{k}' must be a whole number, got {v}"))?;
-            Ok(Setting {
-                value: n,
-                source: s,
-            })
-        };
-        let st = |k: &str| -> Result<Setting<String>> {
-            let (v, s) = pick(k);
-            let x = v
-                .as_str()
-                .with_context(|| format!("{source}: '{k}' must be a string, got {v}"))?;
-            Ok(Setting {
-                value: x.to_string(),
-                source: s,
-            })
-        };
-        let b = |k: &str| -> Result<Setting<bool>> {
-            let (v, s) = pick(k);
-            let x = v
-                .as_bool()
-                .with_context(|| format!("{source}: '{k}' must be true or false, got {v}"))?;
-            Ok(Setting {
-                value: x,
-                source: s,
-            })
-        };
-        let (kv, ks) = pick("extra-kargs");
+        let mut cfg = keys.plain_settings()?;
+        cosa_era(obj, source, &mut cfg)?;
+        cfg.live_rootfs_fsoptions =
+            live_rootfs_fsoptions(obj, source, &cfg.live_rootfs_fstype.value)?;
+        check_size_and_compressor(&cfg, source)?;
+        Ok(cfg)
+    }
+}
+
+/// One image.json object, read key by key with the RHCOS defaults for the
+/// keys it lacks; `source` names it in errors.
+struct Keys<'a> {
+    obj: &'a Map<String, Value>,
+    source: &'a str,
+    defaults: Map<String, Value>,
+}
+
+impl Keys<'_> {
+    /// The value of `k` and where it came from (the object, or `default`).
+    fn pick(&self, k: &str) -> (Value, String) {
+        match self.obj.get(k) {
+            Some(v) if !v.is_null() => (v.clone(), self.source.to_string()),
+            _ => (self.defaults[k].clone(), "default".to_string()),
+        }
+    }
+
+    /// Key `k` as a whole number (a JSON number or a string of digits).
+    fn whole_number(&self, k: &str) -> Result<Setting<u64>> {
+        let source = self.source;
+        let (v, s) = self.pick(k);
+        let n = v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|x| x.parse().ok()));
+        let n = n.with_context(|| format!("{source}: '{k}' must be a whole number, got {v}"))?;
+        Ok(Setting {
+            value: n,
+            source: s,
+        })
+    }
+
+    /// Key `k` as a string.
+    fn string(&self, k: &str) -> Result<Setting<String>> {
+        let source = self.source;
+        let (v, s) = self.pick(k);
+        let x = v
+            .as_str()
+            .with_context(|| format!("{source}: '{k}' must be a string, got {v}"))?;
+        Ok(Setting {
+            value: x.to_string(),
+            source: s,
+        })
+    }
+
+    /// Key `k` as `true` or `false`.
+    fn flag(&self, k: &str) -> Result<Setting<bool>> {
+        let source = self.source;
+        let (v, s) = self.pick(k);
+        let x = v
+            .as_bool()
+            .with_context(|| format!("{source}: '{k}' must be true or false, got {v}"))?;
+        Ok(Setting {
+            value: x,
+            source: s,
+        })
+    }
+
+    /// `extra-kargs`: a list of strings, or one string split at whitespace.
+    fn extra_kargs(&self) -> Result<Setting<Vec<String>>> {
+        let source = self.source;
+        let (kv, ks) = self.pick("extra-kargs");
         let kargs = match kv {
             Value::Array(a) => a
                 .iter()
@@ -181,78 +221,92 @@ impl ImageConfig {
             Value::String(s) => s.split_whitespace().map(String::from).collect(),
             other => bail!("{source}: 'extra-kargs' must be a list of strings, got {other}"),
         };
-        let cfg = ImageConfig {
-            size: u("size")?,
-            extra_kargs: Setting {
-                value: kargs,
-                source: ks,
-            },
-            compressor: st("compressor")?,
-            vmware_os_type: st("vmware-os-type")?,
-            vmware_hw_version: u("vmware-hw-version")?,
-            vmware_secure_boot: b("vmware-secure-boot")?,
-            aws_imdsv2_only: b("aws-imdsv2-only")?,
-            aws_volume_type: st("aws-volume-type")?,
-            aws_x86_boot_mode: st("aws-x86-boot-mode")?,
-            live_rootfs_fstype: st("live-rootfs-fstype")?,
+        Ok(Setting {
+            value: kargs,
+            source: ks,
+        })
+    }
+
+    /// The settings read from one key each, in the `current` era's shape;
+    /// the live rootfs options and the cosa-era keys are filled in after.
+    fn plain_settings(&self) -> Result<ImageConfig> {
+        let extra_kargs = self.extra_kargs()?;
+        Ok(ImageConfig {
+            size: self.whole_number("size")?,
+            extra_kargs,
+            compressor: self.string("compressor")?,
+            vmware_os_type: self.string("vmware-os-type")?,
+            vmware_hw_version: self.whole_number("vmware-hw-version")?,
+            vmware_secure_boot: self.flag("vmware-secure-boot")?,
+            aws_imdsv2_only: self.flag("aws-imdsv2-only")?,
+            aws_volume_type: self.string("aws-volume-type")?,
+            aws_x86_boot_mode: self.string("aws-x86-boot-mode")?,
+            live_rootfs_fstype: self.string("live-rootfs-fstype")?,
             live_rootfs_fsoptions: Setting {
                 value: String::new(),
                 source: String::new(),
             },
-            bootc_install_to_fs: b("bootc-install-to-fs")?,
+            bootc_install_to_fs: self.flag("bootc-install-to-fs")?,
             grub_script: None,
             era: "current".into(),
             cosa_keys: Vec::new(),
-        };
-        let mut cfg = cfg;
-        cosa_era(obj, source, &mut cfg)?;
-        // The default options depend on the fstype (osbuild: `-comp zstd`
-        // for squashfs, else `--quiet`); cosa-era images name the squashfs
-        // compressor in `squashfs-compression` (cosa `cmd-buildextend-live`
-        // ran `mksquashfs -comp <it>`).
-        let squashfs_comp = obj.get("squashfs-compression").and_then(|v| v.as_str());
-        cfg.live_rootfs_fsoptions = match obj.get("live-rootfs-fsoptions") {
-            Some(Value::String(v)) => Setting {
-                value: v.clone(),
-                source: source.to_string(),
-            },
-            None | Some(Value::Null)
-                if cfg.live_rootfs_fstype.value == "squashfs" && squashfs_comp.is_some() =>
-            {
-                Setting {
-                    value: format!("-comp {}", squashfs_comp.unwrap_or_default()),
-                    source: format!("{source} squashfs-compression"),
-                }
-            }
-            None | Some(Value::Null) => Setting {
-                value: if cfg.live_rootfs_fstype.value == "squashfs" {
-                    "-comp zstd".to_string()
-                } else {
-                    "--quiet".to_string()
-                },
-                source: "default".to_string(),
-            },
-            Some(v) => bail!("{source}: 'live-rootfs-fsoptions' must be a string, got {v}"),
-        };
-        if cfg.size.value == 0 || cfg.size.value > 64 * 1024 {
-            bail!(
-                "{source}: 'size' of {} GiB is not a sensible disk size",
-                cfg.size.value
-            );
-        }
-        if !COMPRESSORS.iter().any(|(c, _)| *c == cfg.compressor.value) {
-            bail!(
-                "{source}: compressor '{}' is not supported (one of: {})",
-                cfg.compressor.value,
-                COMPRESSORS
-                    .iter()
-                    .map(|c| c.0)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        Ok(cfg)
+        })
     }
+}
+
+/// `live-rootfs-fsoptions`, or when absent the options for the live rootfs
+/// `fstype` (from `squashfs-compression`, or the osbuild default).
+fn live_rootfs_fsoptions(
+    obj: &Map<String, Value>,
+    source: &str,
+    fstype: &str,
+) -> Result<Setting<String>> {
+    // The default options depend on the fstype (osbuild: `-comp zstd`
+    // for squashfs, else `--quiet`); cosa-era images name the squashfs
+    // compressor in `squashfs-compression` (cosa `cmd-buildextend-live`
+    // ran `mksquashfs -comp <it>`).
+    let squashfs_comp = obj.get("squashfs-compression").and_then(|v| v.as_str());
+    Ok(match obj.get("live-rootfs-fsoptions") {
+        Some(Value::String(v)) => Setting {
+            value: v.clone(),
+            source: source.to_string(),
+        },
+        None | Some(Value::Null) if fstype == "squashfs" && squashfs_comp.is_some() => Setting {
+            value: format!("-comp {}", squashfs_comp.unwrap_or_default()),
+            source: format!("{source} squashfs-compression"),
+        },
+        None | Some(Value::Null) => Setting {
+            value: if fstype == "squashfs" {
+                "-comp zstd".to_string()
+            } else {
+                "--quiet".to_string()
+            },
+            source: "default".to_string(),
+        },
+        Some(v) => bail!("{source}: 'live-rootfs-fsoptions' must be a string, got {v}"),
+    })
+}
+
+/// Refuse a disk size that makes no sense and a compressor not supported.
+fn check_size_and_compressor(cfg: &ImageConfig, source: &str) -> Result<()> {
+    if cfg.size.value == 0 || cfg.size.value > 64 * 1024 {
+        bail!(
+            "{source}: 'size' of {} GiB is not a sensible disk size",
+            cfg.size.value
+        );
+    }
+    if !COMPRESSORS.iter().any(|(c, _)| *c == cfg.compressor.value) {
+        bail!(
+            "{source}: compressor '{}' is not supported (one of: {})",
+            cfg.compressor.value,
+            COMPRESSORS
+                .iter()
+                .map(|c| c.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Read the cosa-merged keys of a 4.16-4.19 image.json: the filesystems
@@ -305,164 +359,6 @@ fn cosa_era(obj: &Map<String, Value>, source: &str, cfg: &mut ImageConfig) -> Re
     }
     cfg.cosa_keys = seen;
     Ok(())
-}
-
-/// One platform's console settings (fedora-coreos-config `platforms.yaml`).
-#[derive(Debug, Clone, Default, Serialize, PartialEq, serde::Deserialize)]
-pub struct PlatformConsole {
-    #[serde(default)]
-    pub grub_commands: Vec<String>,
-    #[serde(default)]
-    pub kernel_arguments: Vec<String>,
-}
-
-/// One platform → console settings table.
-pub type ConsoleTable = BTreeMap<String, PlatformConsole>;
-
-/// Architecture names that may key an arch-keyed platforms table.
-pub const ARCH_KEYS: [&str; 5] = ["x86_64", "aarch64", "ppc64le", "s390x", "riscv64"];
-
-/// The two shapes of `platforms.json` this tool reads.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlatformsShape {
-    /// `{platform: {grub_commands, kernel_arguments}}`: what upstream ships
-    /// in the OS tree, already cut to the build arch (fedora-coreos-config
-    /// `build-rootfs` writes `platforms.yaml[arch]`; osbuild's
-    /// `org.osbuild.coreos.platform` and coreos-installer read `data[platform]`).
-    ByPlatform(ConsoleTable),
-    /// `{arch: {platform: {...}}}`: the shape of `platforms.yaml` itself,
-    /// which hand-made OS images sometimes ship.
-    ByArch(BTreeMap<String, ConsoleTable>),
-}
-
-/// `platforms.json`: console settings per platform (SPEC 1.3). Never the
-/// list of platforms an OS supports: an unlisted platform has no console
-/// settings, nothing more.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Platforms {
-    pub shape: PlatformsShape,
-    /// Where it was read from (for messages).
-    pub source: String,
-    /// The raw bytes, copied as-is to `/boot/coreos/platforms.json` when the
-    /// file already has upstream's shape.
-    #[serde(skip)]
-    pub raw: Vec<u8>,
-}
-
-const PLATFORMS_SHAPES: &str = "expected the upstream shape {\"<platform>\": {\"grub_commands\": [...], \"kernel_arguments\": [...]}} (fedora-coreos-config writes the build arch's part of platforms.yaml), or the arch-keyed shape {\"<arch>\": {\"<platform>\": {...}}}";
-
-/// One platform entry: an object (or null) whose `grub_commands` and
-/// `kernel_arguments`, when present, are lists of strings. Other keys are
-/// ignored (upstream readers use only these two).
-fn console_entry(v: &Value, path: &str) -> std::result::Result<PlatformConsole, String> {
-    let obj = match v {
-        Value::Null => return Ok(PlatformConsole::default()),
-        Value::Object(m) => m,
-        other => return Err(format!("{path} is {}, not an object", kind(other))),
-    };
-    let list = |k: &str| -> std::result::Result<Vec<String>, String> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    x.as_str()
-                        .map(String::from)
-                        .ok_or_else(|| format!("{path}.{k}[{i}] is {}, not a string", kind(x)))
-                })
-                .collect(),
-            Some(other) => Err(format!(
-                "{path}.{k} is {}, not a list of strings",
-                kind(other)
-            )),
-        }
-    };
-    Ok(PlatformConsole {
-        grub_commands: list("grub_commands")?,
-        kernel_arguments: list("kernel_arguments")?,
-    })
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn console_table(m: &Map<String, Value>, path: &str) -> std::result::Result<ConsoleTable, String> {
-    m.iter()
-        .map(|(k, v)| Ok((k.clone(), console_entry(v, &format!("{path}.{k}"))?)))
-        .collect()
-}
-
-impl Platforms {
-    pub fn parse(raw: &[u8], source: &str) -> Result<Self> {
-        let v: Value = serde_json::from_slice(raw)
-            .with_context(|| format!("{source} is not valid JSON ({PLATFORMS_SHAPES})"))?;
-        let Value::Object(top) = &v else {
-            bail!(
-                "{source} is {}, not a platforms table: {PLATFORMS_SHAPES}",
-                kind(&v)
-            );
-        };
-        let arch_keyed = !top.is_empty() && top.keys().all(|k| ARCH_KEYS.contains(&k.as_str()));
-        let shape = if arch_keyed {
-            let mut arches = BTreeMap::new();
-            for (a, t) in top {
-                let Value::Object(t) = t else {
-                    bail!(
-                        "{source}: .{a} is {}, not a table of platforms: {PLATFORMS_SHAPES}",
-                        kind(t)
-                    );
-                };
-                let table = console_table(t, a)
-                    .map_err(|e| anyhow!("{source}: {e}: {PLATFORMS_SHAPES}"))?;
-                arches.insert(a.clone(), table);
-            }
-            PlatformsShape::ByArch(arches)
-        } else {
-            let table =
-                console_table(top, "").map_err(|e| anyhow!("{source}: {e}: {PLATFORMS_SHAPES}"))?;
-            PlatformsShape::ByPlatform(table)
-        };
-        Ok(Platforms {
-            shape,
-            source: source.to_string(),
-            raw: raw.to_vec(),
-        })
-    }
-
-    /// The console table for the OS's architecture. An upstream-shaped file
-    /// is already the build arch's; an arch-keyed one must have `arch`.
-    pub fn for_arch(&self, arch: &str) -> Result<&ConsoleTable> {
-        match &self.shape {
-            PlatformsShape::ByPlatform(t) => Ok(t),
-            PlatformsShape::ByArch(m) => m.get(arch).with_context(|| {
-                format!(
-                    "{} is keyed by architecture and has no entry for {arch} (it has {}); add a {arch} entry, or ship it in the upstream shape {{\"<platform>\": {{...}}}}",
-                    self.source,
-                    m.keys().cloned().collect::<Vec<_>>().join(", ")
-                )
-            }),
-        }
-    }
-
-    /// What goes to `/boot/coreos/platforms.json` (read by coreos-installer
-    /// as `data[platform]`): the file itself in upstream's shape, else the
-    /// arch's part of an arch-keyed file, in upstream's shape.
-    pub fn boot_json(&self, arch: &str) -> Result<Vec<u8>> {
-        match &self.shape {
-            PlatformsShape::ByPlatform(_) => Ok(self.raw.clone()),
-            PlatformsShape::ByArch(_) => Ok(serde_json::to_vec_pretty(self.for_arch(arch)?)?),
-        }
-    }
 }
 
 /// Everything the OS says about how to build its bootimages.
@@ -521,189 +417,4 @@ impl OsBootConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn defaults_are_marked() {
-        let c =
-            ImageConfig::from_json(Some(&json!({"size": 10, "compressor": "xz"})), "image.json")
-                .unwrap();
-        assert_eq!(c.size.value, 10);
-        assert_eq!(c.size.source, "image.json");
-        assert_eq!(c.vmware_hw_version.value, 15);
-        assert!(c.vmware_hw_version.is_default());
-        assert_eq!(c.aws_volume_type.value, "gp2");
-        let c = ImageConfig::from_json(None, "x").unwrap();
-        assert_eq!(c.compressor.value, "gzip");
-        assert_eq!(c.size.value, 16);
-    }
-    #[test]
-    fn live_rootfs_and_bootc_keys() {
-        let c = ImageConfig::from_json(None, "x").unwrap();
-        assert_eq!(c.live_rootfs_fstype.value, "squashfs");
-        assert_eq!(c.live_rootfs_fsoptions.value, "-comp zstd");
-        assert!(c.live_rootfs_fsoptions.is_default());
-        assert!(!c.bootc_install_to_fs.value);
-        // rhel-coreos-config image-rhel-10.2.yaml.
-        let c = ImageConfig::from_json(
-            Some(&json!({"live-rootfs-fstype": "erofs", "live-rootfs-fsoptions": "-zlzma,level=6 -Efragments -C1048576 --quiet", "bootc-install-to-fs": true})),
-            "image.json",
-        )
-        .unwrap();
-        assert_eq!(c.live_rootfs_fstype.value, "erofs");
-        assert_eq!(c.live_rootfs_fsoptions.source, "image.json");
-        assert!(c.bootc_install_to_fs.value);
-        let c = ImageConfig::from_json(Some(&json!({"live-rootfs-fstype": "erofs"})), "i").unwrap();
-        assert_eq!(c.live_rootfs_fsoptions.value, "--quiet");
-        assert!(ImageConfig::from_json(Some(&json!({"bootc-install-to-fs": "yes"})), "i").is_err());
-    }
-    #[test]
-    fn cosa_era_image_json() {
-        // coreos-assembler rhcos-4.17 image-default.yaml merged under the
-        // OS's keys, plus grub-script (cosalib/cmdlib.py).
-        let script = "set timeout=1\n# CONSOLE-SETTINGS-START\n# CONSOLE-SETTINGS-END\nblscfg\n";
-        let c = ImageConfig::from_json(
-            Some(
-                &json!({"bootfs": "ext4", "rootfs": "xfs", "rootfs-args": "", "composefs": false,
-                "ostree-format": "oci-chunked-v1", "deploy-via-container": false,
-                "squashfs-compression": "zstd", "grub-script": script, "size": 16}),
-            ),
-            "image.json",
-        )
-        .unwrap();
-        assert_eq!(c.era, "cosa");
-        assert_eq!(c.grub_script.as_deref(), Some(script));
-        assert_eq!(c.live_rootfs_fsoptions.value, "-comp zstd");
-        assert_eq!(
-            c.live_rootfs_fsoptions.source,
-            "image.json squashfs-compression"
-        );
-        assert!(c
-            .cosa_keys
-            .iter()
-            .any(|k| k.starts_with("grub-script=") && k.contains("grub.cfg")));
-        let c =
-            ImageConfig::from_json(Some(&json!({"squashfs-compression": "gzip"})), "i").unwrap();
-        assert_eq!(c.live_rootfs_fsoptions.value, "-comp gzip");
-        let c = ImageConfig::from_json(Some(&json!({"size": 16})), "i").unwrap();
-        assert_eq!(c.era, "current");
-        assert!(c.grub_script.is_none());
-        // Filesystems this tool does not build, and a script without the
-        // console marker, are refused naming the key.
-        let e = ImageConfig::from_json(Some(&json!({"rootfs": "luks"})), "image.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("'rootfs' is 'luks'") && e.contains("xfs"), "{e}");
-        let e = ImageConfig::from_json(Some(&json!({"bootfs": "xfs"})), "image.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("'bootfs'"), "{e}");
-        let e = ImageConfig::from_json(Some(&json!({"grub-script": "blscfg\n"})), "image.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CONSOLE-SETTINGS-START"), "{e}");
-    }
-
-    #[test]
-    fn bad_values_are_named() {
-        let e = ImageConfig::from_json(Some(&json!({"size": "big"})), "image.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("'size'"), "{e}");
-        let e = ImageConfig::from_json(Some(&json!({"compressor": "lz4"})), "image.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("lz4"), "{e}");
-        assert!(ImageConfig::from_json(Some(&json!([1])), "image.json").is_err());
-    }
-    #[test]
-    fn platforms_upstream_shape() {
-        // fedora-coreos-config's per-arch output: keyed by platform, no metal.
-        let p = Platforms::parse(br#"{"qemu":{"grub_commands":["serial --speed=115200"],"kernel_arguments":["console=tty0","console=ttyS0,115200n8"]},"azure":{"kernel_arguments":["console=ttyS0,115200n8"]},"gcp":null}"#, "p").unwrap();
-        let x = p.for_arch("x86_64").unwrap();
-        assert_eq!(
-            x["qemu"].kernel_arguments,
-            vec!["console=tty0", "console=ttyS0,115200n8"]
-        );
-        assert_eq!(x["qemu"].grub_commands, vec!["serial --speed=115200"]);
-        assert!(x["azure"].grub_commands.is_empty());
-        assert!(x.contains_key("gcp"));
-        assert!(!x.contains_key("metal"));
-        assert!(matches!(p.shape, PlatformsShape::ByPlatform(_)));
-        // Copied verbatim to /boot/coreos/platforms.json.
-        assert_eq!(p.boot_json("aarch64").unwrap(), p.raw);
-        // Unknown keys inside an entry are ignored (readers use two keys).
-        let p =
-            Platforms::parse(br#"{"aws":{"kernel_arguments":["a"],"comment":"x"}}"#, "p").unwrap();
-        assert_eq!(
-            p.for_arch("x86_64").unwrap()["aws"].kernel_arguments,
-            vec!["a"]
-        );
-        // An empty file is a valid (empty) table.
-        assert!(Platforms::parse(b"{}", "p")
-            .unwrap()
-            .for_arch("s390x")
-            .unwrap()
-            .is_empty());
-    }
-    #[test]
-    fn platforms_arch_keyed_shape() {
-        let p = Platforms::parse(br#"{"x86_64":{"metal":{},"qemu":{"grub_commands":["serial"],"kernel_arguments":["console=ttyS0"]},"azure":null},"aarch64":{"qemu":{"kernel_arguments":["console=ttyAMA0"]}}}"#, "p").unwrap();
-        let x = p.for_arch("x86_64").unwrap();
-        assert_eq!(x["qemu"].kernel_arguments, vec!["console=ttyS0"]);
-        assert!(x["metal"].grub_commands.is_empty());
-        assert_eq!(
-            p.for_arch("aarch64").unwrap()["qemu"].kernel_arguments,
-            vec!["console=ttyAMA0"]
-        );
-        let e = format!("{:#}", p.for_arch("s390x").unwrap_err());
-        assert!(
-            e.contains("no entry for s390x") && e.contains("x86_64, aarch64")
-                || e.contains("aarch64, x86_64"),
-            "{e}"
-        );
-        // /boot/coreos/platforms.json gets the arch's part, in upstream's shape.
-        let b: Value = serde_json::from_slice(&p.boot_json("aarch64").unwrap()).unwrap();
-        assert_eq!(
-            b,
-            json!({"qemu": {"grub_commands": [], "kernel_arguments": ["console=ttyAMA0"]}})
-        );
-    }
-    #[test]
-    fn platforms_neither_shape_names_file_and_both_shapes() {
-        for bad in [
-            &b"[]"[..],
-            br#"{"qemu":"console=ttyS0"}"#,
-            br#"{"qemu":{"kernel_arguments":"console=ttyS0"}}"#,
-            br#"{"x86_64":["qemu"]}"#,
-            br#"{"qemu":{"kernel_arguments":[1]}}"#,
-            b"not json",
-        ] {
-            let e = format!(
-                "{:#}",
-                Platforms::parse(bad, "/usr/share/coreos-assembler/platforms.json").unwrap_err()
-            );
-            assert!(
-                e.contains("/usr/share/coreos-assembler/platforms.json"),
-                "{e}"
-            );
-            assert!(
-                e.contains("upstream shape") && e.contains("arch-keyed shape"),
-                "{e}"
-            );
-        }
-    }
-    #[test]
-    fn legacy_bootimage_json() {
-        let c = OsBootConfig::from_files(
-            None,
-            None,
-            Some(br#"{"size": 20, "vmware-hw-version": 13}"#),
-            false,
-        )
-        .unwrap();
-        assert_eq!(c.image.size.value, 20);
-        assert_eq!(c.image.size.source, "bootimage.json");
-        assert_eq!(c.sources, vec!["/bootimage.json"]);
-    }
-}
+mod tests;

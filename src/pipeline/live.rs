@@ -3,7 +3,8 @@
 //! the PXE files, from the live files the disk job staged off the mounted
 //! deployment. Its own stage: the per-artifact builder (`build.rs`) hands
 //! it the base disk and the metal images it published.
-use super::build::{file_entry, Base, Builder};
+use super::base::Base;
+use super::build::{file_entry, Builder};
 use crate::backend::job::{LiveStage, PlanLive};
 use crate::io::view::{Composite, FileView};
 use crate::live;
@@ -44,7 +45,7 @@ impl Builder<'_> {
             rootfs: &st.rootfs,
             menus: &st.menus,
             boot,
-            mtime: self.os.timestamp,
+            mtime: self.plan.os.timestamp,
             features: &st.features,
         };
         live::iso::build_iso(&stage, iso_tmp.path(), &input)?;
@@ -95,7 +96,7 @@ impl Builder<'_> {
         let boot = match (&st.efiboot, &st.of_tree) {
             (Some(efiboot), _) => Some(live::iso::IsoBoot::Efi {
                 efiboot,
-                syslinux: self.syslinux.as_ref(),
+                syslinux: self.plan.facts.syslinux.as_ref(),
             }),
             (None, Some(tree)) => Some(live::iso::IsoBoot::OpenFirmware { tree }),
             (None, None) => None,
@@ -160,7 +161,7 @@ impl Builder<'_> {
                 m.extent.logical += 4096;
             }
         }
-        let description = match osmet::description(&self.os.os_release) {
+        let description = match osmet::description(&self.plan.os.os_release) {
             Some(d) => d,
             None => {
                 self.r.note(&format!(
@@ -183,7 +184,7 @@ impl Builder<'_> {
         let mut out = Vec::new();
         for art in metals {
             let step = self.r.step(format!("osmet {}", art.platform));
-            let patches = self.disk_patches(base, art)?;
+            let patches = base.patches(self.plan, art, self.work)?;
             let base_view = FileView::open(&base.path)?;
             let view = Composite::new(&base_view, art.disk_size, patches)?;
             let part = |name: &str| {
@@ -252,7 +253,7 @@ impl Builder<'_> {
         osmets: &[Osmet],
         done_images: &BTreeMap<String, ImageEntry>,
     ) -> Result<()> {
-        let mtime = u32::try_from(self.os.timestamp.max(0)).unwrap_or(u32::MAX);
+        let mtime = u32::try_from(self.plan.os.timestamp.max(0)).unwrap_or(u32::MAX);
         for o in osmets {
             let e = done_images
                 .get(&o.meta_key)
@@ -271,7 +272,13 @@ impl Builder<'_> {
             .map(|o| (o.name.clone(), o.path.clone()))
             .collect();
         let step = self.r.step("live-rootfs.img");
-        live::write_rootfs_img(&st.root_image, &self.os.version, &extras, &st.rootfs, mtime)?;
+        live::write_rootfs_img(
+            &st.root_image,
+            &self.plan.version,
+            &extras,
+            &st.rootfs,
+            mtime,
+        )?;
         for (_, p) in &extras {
             std::fs::remove_file(p).ok();
         }
@@ -284,7 +291,7 @@ impl Builder<'_> {
         ));
         let os_initrd = std::fs::read(&st.os_initramfs)
             .with_context(|| format!("reading {}", st.os_initramfs.display()))?;
-        let addon = live::live_initramfs_addon(&self.os.version, &st.features, &want, mtime)?;
+        let addon = live::live_initramfs_addon(&self.plan.version, &st.features, &want, mtime)?;
         std::fs::write(&st.initramfs, live::live_initramfs(&os_initrd, &addon))
             .with_context(|| format!("writing {}", st.initramfs.display()))?;
         Ok(())

@@ -18,6 +18,17 @@ pub struct Loaded {
     pub cache: Cache,
 }
 
+impl Loaded {
+    /// The OS stream this run builds from
+    /// ([`crate::release::osimages::stream_key`]).
+    pub fn stream_key(&self) -> String {
+        crate::release::osimages::stream_key(
+            self.resolved.os_stream_class.as_deref(),
+            &self.resolved.os_tag,
+        )
+    }
+}
+
 /// Resolve the release; import the OS when `import` (or reuse a cached
 /// import of the same digest when one exists).
 pub async fn load(input: &Input, import: bool) -> Result<Loaded> {

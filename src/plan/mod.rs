@@ -1,22 +1,31 @@
 //! The build plan, in two types: [`DryPlan`], decided before the first side
 //! effect (before the OS is imported: sizes and the live kernel arguments
 //! may be unknown) and printed by `--dry-run`; [`Plan`], everything the job
-//! needs, with nothing left to be known later. Also: [`settings`] (flags ->
-//! validated settings), [`preflight`] checks, [`input`] (release, OS).
+//! needs, with nothing left to be known later: what the OS says about
+//! itself, and the [`facts`] the checks found (what the OS ships for
+//! bootupd and live, the host's ISOLINUX, the AMI to register); the jobs
+//! are made from it alone ([`job`]). Also: [`settings`] (flags -> validated
+//! settings), [`preflight`] checks of the settings, [`space`], [`input`].
+pub mod facts;
 pub mod input;
+pub mod job;
 pub mod preflight;
 pub mod settings;
+pub mod space;
 
 use crate::backend::job::BootSetting;
 pub use crate::backend::job::{PlanDisk, PlanLive};
 use crate::backend::Chosen;
 use crate::disk::layout::{Layout, MIB};
+use crate::formats::VmwareSettings;
 use crate::io::compress::Compressor;
-use crate::oscontainer::OsInfo;
+use crate::oscontainer::{OsFormat, OsInfo};
 use crate::platforms::{PlatformSpec, GIB, GRUB_SERIAL};
 use crate::release::resolve::Resolved;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use facts::Facts;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Root filesystem headroom over the content (SPEC 2: + 35 %).
@@ -45,7 +54,8 @@ pub struct DryPlan {
 }
 
 /// The executable plan: the dry plan once the OS is imported, with the
-/// commit, kernel, disk sizes and every artifact's disk size known.
+/// commit, kernel, disk sizes and every artifact's disk size known, what
+/// the OS says about itself, and (once checked) the [`Facts`].
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub release: PlanRelease,
@@ -59,9 +69,12 @@ pub struct Plan {
     pub output_dir: PathBuf,
     pub disk: PlanDisk,
     pub artifacts: Vec<PlanArtifact<u64>>,
+    /// What the checks found ([`facts::check`]); empty until then.
+    pub facts: Facts,
 }
 
-/// The OS image, imported.
+/// The OS image, imported: what the job, the encoders and meta.json read
+/// of it.
 #[derive(Debug, Clone)]
 pub struct ImportedOs {
     pub tag: String,
@@ -69,13 +82,61 @@ pub struct ImportedOs {
     pub source: String,
     pub digest: String,
     pub format: String,
+    /// The commit deployed (ostree-ext's merge commit for an image).
     pub commit: String,
+    /// The kernel version of the tree.
     pub kernel: String,
+    /// ostree-native (a node follows the image) or legacy (a ref).
+    pub os_format: OsFormat,
+    /// The OS build's own commit, which meta.json records (cosa).
+    pub image_commit: String,
+    /// The commit time: every time stamp written.
+    pub timestamp: i64,
+    /// The tree's os-release (menus, summaries, descriptions).
+    pub os_release: BTreeMap<String, String>,
+    /// The OS image's labels (the aleph file).
+    pub image_labels: BTreeMap<String, String>,
+    /// The release names the OS by a manifest list: copies pick the arch.
+    pub multi_arch: bool,
+    /// The OS's platforms.json as the boot filesystem gets it, for the arch.
+    pub platforms_json: Option<Vec<u8>>,
+    /// image.json `grub-script` of a cosa-era OS (4.16, 4.17).
+    pub grub_script: Option<String>,
+    /// image.json's VMware values, as read (checked when a VMware
+    /// descriptor is written: [`ImportedOs::vmware`]).
+    pub vmware_os_type: String,
+    pub vmware_hw_version: u64,
+    pub vmware_secure_boot: bool,
+}
+
+impl ImportedOs {
+    /// image.json's VMware values for an OVA's descriptor.
+    pub fn vmware(&self) -> Result<VmwareSettings> {
+        Ok(VmwareSettings {
+            os_type: self.vmware_os_type.clone(),
+            hw_version: u32::try_from(self.vmware_hw_version).context("vmware-hw-version")?,
+            secure_boot: self.vmware_secure_boot,
+        })
+    }
+
+    /// os-release `NAME`, else `fallback`.
+    pub fn name_or<'a>(&'a self, fallback: &'a str) -> &'a str {
+        self.os_release.get("NAME").map_or(fallback, String::as_str)
+    }
 }
 
 impl Plan {
-    /// The executable plan from a dry plan made with the imported OS.
-    pub fn executable(d: DryPlan) -> Result<Plan> {
+    /// The executable plan from a dry plan made with the imported OS `os`
+    /// (resolved as `r`, its image's labels `image_labels`).
+    pub fn executable(
+        d: DryPlan,
+        os: &OsInfo,
+        r: &Resolved,
+        image_labels: BTreeMap<String, String>,
+    ) -> Result<Plan> {
+        let platforms_json = (os.config.platforms.as_ref())
+            .map(|p| p.boot_json(&d.release.arch))
+            .transpose()?;
         let not_yet = || anyhow::anyhow!("the plan was made before the OS was imported");
         let disk = d.disk.ok_or_else(not_yet)?;
         let artifacts = d
@@ -94,8 +155,19 @@ impl Plan {
                 source: d.os.source,
                 digest: d.os.digest,
                 format: d.os.format,
-                commit: d.os.commit.ok_or_else(not_yet)?,
+                commit: os.commit.clone(),
                 kernel: d.os.kernel.ok_or_else(not_yet)?,
+                os_format: r.os_format,
+                image_commit: d.os.commit.ok_or_else(not_yet)?,
+                timestamp: os.timestamp,
+                os_release: os.os_release.clone(),
+                image_labels,
+                multi_arch: r.os_index.is_some(),
+                platforms_json,
+                grub_script: os.config.image.grub_script.clone(),
+                vmware_os_type: os.config.image.vmware_os_type.value.clone(),
+                vmware_hw_version: os.config.image.vmware_hw_version.value,
+                vmware_secure_boot: os.config.image.vmware_secure_boot.value,
             },
             name: d.name,
             version: d.version,
@@ -106,6 +178,7 @@ impl Plan {
             output_dir: d.output_dir,
             disk,
             artifacts,
+            facts: Facts::default(),
         })
     }
 }
@@ -203,6 +276,68 @@ impl<S> PlanArtifact<S> {
                 .zipl
                 .then_some(self.sector_size),
         }
+    }
+}
+
+impl PlanArtifact<Option<u64>> {
+    /// One platform's artifact: its names, console settings, boot setting
+    /// and (once the OS is imported, `disk` known) disk size.
+    fn planned(
+        spec: &'static PlatformSpec,
+        os: Option<&OsInfo>,
+        disk: Option<&PlanDisk>,
+        name: &str,
+        version: &str,
+        arch: &str,
+        compressor: Compressor,
+    ) -> Result<Self> {
+        let (kargs, grub_commands, console_source) = console(spec, os, arch)?;
+        let sector_size = spec.sector_size;
+        let disk_size = disk.map(|d| spec.disk_size(d.metal_size, d.cloud_size));
+        let live = if spec.is_live() {
+            let [iso, kernel, initramfs, rootfs] = live_names(name, version, arch);
+            let volume_id = crate::live::volume_id(name, version);
+            let kargs = match disk {
+                Some(d) => {
+                    let mut metal = d.kargs.clone();
+                    metal.push(format!("ignition.platform.id={}", spec.ignition_id));
+                    metal.extend(kargs.iter().cloned());
+                    crate::live::live_kargs(&metal, &volume_id)?
+                }
+                None => Vec::new(),
+            };
+            Some(PlanLive {
+                volume_id,
+                kargs,
+                iso,
+                kernel,
+                initramfs,
+                rootfs,
+            })
+        } else {
+            None
+        };
+        Ok(PlanArtifact {
+            spec,
+            platform: spec.name.to_string(),
+            ignition_platform_id: spec.ignition_id.to_string(),
+            meta_key: spec.meta_key.to_string(),
+            file: match &live {
+                Some(l) => l.iso.clone(),
+                None => spec.file_name(name, version, arch, compressor),
+            },
+            format: spec.format.describe().to_string(),
+            stream_platform: spec.stream_platform.to_string(),
+            stream_format: spec.stream_format(compressor),
+            sector_size,
+            bios: spec.bios(arch),
+            disk_size,
+            kargs,
+            grub_commands,
+            console_source,
+            compressed: spec.compressed_with(compressor),
+            live,
+        })
     }
 }
 
@@ -338,58 +473,19 @@ impl DryPlan {
             }
             _ => None,
         };
-        let mut artifacts = Vec::new();
-        for spec in i.platforms {
-            let (kargs, grub_commands, console_source) = console(spec, i.os, &arch)?;
-            let sector_size = spec.sector_size;
-            let disk_size = disk
-                .as_ref()
-                .map(|d| spec.disk_size(d.metal_size, d.cloud_size));
-            let live = if spec.is_live() {
-                let [iso, kernel, initramfs, rootfs] = live_names(&name, &version, &arch);
-                let volume_id = crate::live::volume_id(&name, &version);
-                let kargs = match &disk {
-                    Some(d) => {
-                        let mut metal = d.kargs.clone();
-                        metal.push(format!("ignition.platform.id={}", spec.ignition_id));
-                        metal.extend(kargs.iter().cloned());
-                        crate::live::live_kargs(&metal, &volume_id)?
-                    }
-                    None => Vec::new(),
-                };
-                Some(PlanLive {
-                    volume_id,
-                    kargs,
-                    iso,
-                    kernel,
-                    initramfs,
-                    rootfs,
-                })
-            } else {
-                None
-            };
-            artifacts.push(PlanArtifact {
-                spec,
-                platform: spec.name.to_string(),
-                ignition_platform_id: spec.ignition_id.to_string(),
-                meta_key: spec.meta_key.to_string(),
-                file: match &live {
-                    Some(l) => l.iso.clone(),
-                    None => spec.file_name(&name, &version, &arch, compressor),
-                },
-                format: spec.format.describe().to_string(),
-                stream_platform: spec.stream_platform.to_string(),
-                stream_format: spec.stream_format(compressor),
-                sector_size,
-                bios: spec.bios(&arch),
-                disk_size,
-                kargs,
-                grub_commands,
-                console_source,
-                compressed: spec.compressed_with(compressor),
-                live,
-            });
-        }
+        let artifacts = (i.platforms.iter())
+            .map(|&spec| {
+                PlanArtifact::planned(
+                    spec,
+                    i.os,
+                    disk.as_ref(),
+                    &name,
+                    &version,
+                    &arch,
+                    compressor,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(DryPlan {
             schema: "bootimage-gen/plan/v1",
             release: PlanRelease {

@@ -77,7 +77,8 @@ pub struct PlatformSpec {
     pub default_serial: bool,
     pub default_kargs: &'static [&'static str],
     /// Where `generate` can also publish this platform's disk besides the
-    /// output directory (`--aws-register`), chosen here once.
+    /// output directory (`--aws-register`, `--vsphere-template`), chosen
+    /// here once.
     pub upload: Option<Upload>,
 }
 
@@ -87,6 +88,8 @@ pub struct PlatformSpec {
 pub enum Upload {
     /// An EBS snapshot registered as an AMI (SPEC 6.3, `--aws-register`).
     Aws,
+    /// A vSphere template imported from the OVA (`--vsphere-template`).
+    Vsphere,
 }
 
 impl PlatformSpec {
@@ -198,18 +201,21 @@ pub const PLATFORMS: &[PlatformSpec] = &[
             TTY0_FIRST,
         )
     },
-    disk(
-        "vmware",
-        "ova",
-        Format::Ova {
-            template: OvfTemplate::Vmware,
-        },
-        false,
-        X86,
-        X86,
-        true,
-        TTYS0_FIRST,
-    ),
+    PlatformSpec {
+        upload: Some(Upload::Vsphere),
+        ..disk(
+            "vmware",
+            "ova",
+            Format::Ova {
+                template: OvfTemplate::Vmware,
+            },
+            false,
+            X86,
+            X86,
+            true,
+            TTYS0_FIRST,
+        )
+    },
     disk(
         "azure",
         "vhd",
@@ -519,87 +525,4 @@ pub fn meta_keys() -> Vec<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The publish target is the table's: only the aws disk goes to AWS,
-    /// and `platforms --json` says so.
-    #[test]
-    fn only_aws_uploads_to_aws() {
-        let to_aws: Vec<&str> = PLATFORMS
-            .iter()
-            .filter(|p| p.uploads_to(Upload::Aws))
-            .map(|p| p.name)
-            .collect();
-        assert_eq!(to_aws, [AWS]);
-        let json = serde_json::to_value(PLATFORMS).unwrap();
-        let aws = json
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == AWS)
-            .unwrap();
-        assert_eq!(aws["upload"], "aws");
-    }
-
-    #[test]
-    fn table_is_consistent() {
-        let names = names();
-        let mut sorted = names.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), names.len(), "duplicate platform names");
-        let mut keys = meta_keys();
-        keys.sort();
-        let n = keys.len();
-        keys.dedup();
-        assert_eq!(n, keys.len(), "duplicate meta keys");
-        assert_eq!(find("metal4k").unwrap().ignition_id, "metal");
-        assert!(find("nope").is_none());
-        for p in PLATFORMS {
-            assert!(!p.arches.is_empty(), "{}", p.name);
-            for a in p.rhcos_arches {
-                assert!(
-                    p.arches.contains(a),
-                    "{} ships for {a} but is not built",
-                    p.name
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn names_and_stream_keys() {
-        let gz = Compressor::Gzip;
-        let f = |p: &str| find(p).unwrap();
-        assert_eq!(
-            f("metal").file_name("rhcos", "418.94.1", "x86_64", gz),
-            "rhcos-418.94.1-metal.x86_64.raw.gz"
-        );
-        assert_eq!(
-            f("qemu").file_name("fedora-coreos", "40.1", "x86_64", Compressor::None),
-            "fedora-coreos-40.1-qemu.x86_64.qcow2"
-        );
-        // installer data/data/coreos/coreos-rhel-9.json
-        for (p, key) in [
-            ("metal4k", "4k.raw.gz"),
-            ("azurestack", "vhd.gz"),
-            ("ibmcloud", "qcow2.gz"),
-            ("kubevirt", "ociarchive"),
-            ("nutanix", "qcow2"),
-            ("vmware", "ova"),
-            ("gcp", "tar.gz"),
-        ] {
-            assert_eq!(f(p).stream_format(gz), key, "{p}");
-        }
-        assert_eq!(f("ibmcloud").disk_size(GIB, 16 * GIB), 100 * GIB);
-        assert_eq!(f("metal").disk_size(GIB, 16 * GIB), GIB);
-        assert!(!f("nutanix").exists_for("aarch64"));
-        let metal: Vec<&str> = PLATFORMS
-            .iter()
-            .filter(|p| p.is_metal_disk())
-            .map(|p| p.name)
-            .collect();
-        assert_eq!(metal, ["metal", "metal4k"]);
-    }
-}
+mod tests;

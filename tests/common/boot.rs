@@ -42,12 +42,13 @@
 //! ```
 #![allow(dead_code)]
 
+use super::guards::ChildGuard;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -1052,9 +1053,10 @@ fn shell_join(bin: &str, args: &[String]) -> String {
         .join(" ")
 }
 
-/// Kills and reaps qemu when dropped (normal return, error or panic).
+/// Kills and reaps qemu when dropped (normal return, error or panic: its
+/// [`ChildGuard`]); `stop` does so at once and keeps the exit status.
 struct QemuGuard {
-    child: Child,
+    child: ChildGuard,
     status: Option<ExitStatus>,
 }
 
@@ -1070,12 +1072,6 @@ impl QemuGuard {
             let _ = self.child.kill();
             self.status = self.child.wait().ok();
         }
-    }
-}
-
-impl Drop for QemuGuard {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -1256,7 +1252,7 @@ fn run_qemu(
     let start = Instant::now();
     let child = cmd.spawn().map_err(|e| format!("starting {bin}: {e}"))?;
     let mut guard = QemuGuard {
-        child,
+        child: ChildGuard(child),
         status: None,
     };
     let mut console = Tail::new(serial);

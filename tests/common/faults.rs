@@ -1,7 +1,8 @@
 //! A fault-injecting HTTP proxy on 127.0.0.1 in front of the test registry:
 //! every request is forwarded (with `Connection: close`, so each is seen),
 //! and the first `count` GETs of one blob get the fault instead. Stopped
-//! when dropped.
+//! when dropped (a [`ServerThread`]).
+use super::guards::ServerThread;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -26,10 +27,11 @@ pub enum Fault {
 
 pub struct FaultProxy {
     pub port: u16,
-    stop: Arc<AtomicBool>,
     /// When each GET of the blob arrived, and whether it got the fault.
     pub hits: Arc<Mutex<Vec<(Instant, bool)>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The accepting thread, stopped when dropped.
+    #[allow(dead_code)] // held for its drop
+    server: ServerThread,
 }
 
 impl FaultProxy {
@@ -39,11 +41,10 @@ impl FaultProxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.set_nonblocking(true).unwrap();
         let port = l.local_addr().unwrap().port();
-        let stop = Arc::new(AtomicBool::new(false));
         let hits: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
         let left = Arc::new(AtomicUsize::new(count));
-        let (s, h, blob) = (stop.clone(), hits.clone(), blob.to_string());
-        let thread = std::thread::spawn(move || {
+        let (h, blob) = (hits.clone(), blob.to_string());
+        let server = ServerThread::spawn(move |s| {
             while !s.load(Ordering::Relaxed) {
                 match l.accept() {
                     Ok((c, _)) => {
@@ -54,25 +55,11 @@ impl FaultProxy {
                 }
             }
         });
-        FaultProxy {
-            port,
-            stop,
-            hits,
-            thread: Some(thread),
-        }
+        FaultProxy { port, hits, server }
     }
 
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

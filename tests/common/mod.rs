@@ -1,11 +1,15 @@
 //! Shared test support: the fixture release, the CLI binary, and a local
 //! docker-registry (127.0.0.1 only; plain HTTP or TLS + htpasswd) that is
-//! stopped when dropped.
+//! stopped when dropped. The drop guards (processes, loop devices, mounts)
+//! are in `guards`.
 #![allow(dead_code)]
 pub mod boot;
 pub mod faults;
+pub mod guards;
 pub mod scratch;
 pub mod tekton;
+#[allow(unused_imports)] // not every target uses every guard
+pub use guards::{ChildGuard, Loop, Mnt, RmDir, ServerThread};
 #[allow(unused_imports)] // not every target uses scratch dirs
 pub use scratch::{scratch, scratch_at};
 use serde_json::Value;
@@ -399,7 +403,8 @@ pub fn free_port() -> u16 {
 
 /// A docker-registry on 127.0.0.1.
 pub struct Registry {
-    child: Child,
+    #[allow(dead_code)] // held for its drop: killed first
+    child: ChildGuard,
     pub dir: tempfile::TempDir,
     pub port: u16,
     pub tls: bool,
@@ -466,7 +471,7 @@ rm -f server.csr ext.cnf ca.srl
             .spawn()
             .expect("starting docker-registry (apt-get install docker-registry)");
         let r = Registry {
-            child,
+            child: ChildGuard(child),
             dir,
             port,
             tls,
@@ -524,37 +529,6 @@ rm -f server.csr ext.cnf ca.srl
     }
 }
 
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A loop device detached on drop (read-only).
-pub struct Loop(pub String);
-impl Loop {
-    pub fn new(file: &Path, offset: u64, size: Option<u64>, sector: u64) -> Loop {
-        let mut c = Command::new("losetup");
-        c.args([
-            "--find",
-            "--show",
-            "--read-only",
-            &format!("--offset={offset}"),
-            &format!("--sector-size={sector}"),
-        ]);
-        if let Some(s) = size {
-            c.arg(format!("--sizelimit={s}"));
-        }
-        Loop(must(c.arg(file)))
-    }
-}
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
 /// The root filesystem (XFS, from 513 MiB to 1 MiB before the end) of a
 /// raw x86_64 disk this project built, mounted read-only at `at`.
 pub fn mount_raw_root(raw: &Path, at: &Path) -> Mnt {
@@ -574,24 +548,4 @@ pub fn mount_raw_root(raw: &Path, at: &Path) -> Mnt {
 pub fn mount_raw_boot(raw: &Path, at: &Path) -> Mnt {
     const MIB: u64 = 1 << 20;
     Mnt::new(raw, 129 * MIB, 384 * MIB, "ext4", "ro,noload", at)
-}
-
-/// A read-only mount, unmounted on drop.
-pub struct Mnt(pub PathBuf, #[allow(dead_code)] Loop);
-impl Mnt {
-    pub fn new(file: &Path, offset: u64, size: u64, fstype: &str, opts: &str, at: &Path) -> Mnt {
-        let l = Loop::new(file, offset, Some(size), 512);
-        std::fs::create_dir_all(at).unwrap();
-        must(
-            Command::new("mount")
-                .args(["-t", fstype, "-o", opts, &l.0])
-                .arg(at),
-        );
-        Mnt(at.to_path_buf(), l)
-    }
-}
-impl Drop for Mnt {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }

@@ -75,6 +75,15 @@ fn relocate(v: &mut Value, base: Option<&str>, prefix: &str, kept: &BTreeSet<Str
     }
 }
 
+/// The pulled entries of one (arch, stream) group.
+struct Fetched {
+    /// (file, sha256 hex): a layer is the file, so its digest is the
+    /// file's, checked as it was written.
+    files: Vec<(String, String)>,
+    /// meta.json and stream.json as pulled, by platform (`meta`, `stream`).
+    docs: BTreeMap<&'static str, PathBuf>,
+}
+
 /// Pull `r` (a tag or digest of an index made by `push`) into `out`.
 pub fn pull(
     c: &Client,
@@ -94,6 +103,64 @@ pub fn pull(
         .get_manifest(&reference)?
         .ok_or_else(|| anyhow!("{what}: no such tag or digest in the registry"))?;
     let entries = our_entries(&top.bytes, &what)?;
+    let groups = select(&entries, sel, &what)?;
+    let arches: BTreeSet<&String> = groups.keys().map(|k| &k.0).collect();
+    let streams: BTreeSet<&String> = groups.keys().map(|k| &k.1).collect();
+    let mut pulled = Pulled::default();
+    // Each group's stream.json as written, for the merged document.
+    let mut stream_docs: Vec<(String, crate::publish::merge::Input)> = Vec::new();
+    for ((arch, stream), es) in &groups {
+        let mut sub = PathBuf::new();
+        if arches.len() > 1 {
+            sub.push(arch);
+        }
+        if streams.len() > 1 {
+            sub.push(stream);
+        }
+        let dir = out.join(&sub);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let _lock = crate::util::lock::DirLock::output(&dir)?;
+        let Fetched { files, docs } = fetch_group(
+            c,
+            es,
+            &what,
+            (arch.as_str(), stream.as_str()),
+            &dir,
+            progress,
+            &mut pulled.bytes,
+        )?;
+        let kept: BTreeSet<String> = files.iter().map(|f| f.0.clone()).collect();
+        // meta.json: only the images pulled.
+        if let Some(p) = docs.get("meta") {
+            narrow_meta(p, &dir, &kept)?;
+        }
+        // stream.json: locations under the base URL, only what was pulled.
+        if let Some(p) = docs.get("stream") {
+            let input = write_stream(p, &dir, &sub, base_url, &kept)?;
+            stream_docs.push((stream.clone(), input));
+        }
+        // SHA256SUMS of the artifacts, as generate writes it, from the
+        // digests each file was checked against (no second read).
+        let sums: String = files.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
+        crate::publish::meta::write_atomic(&dir, "SHA256SUMS", sums.as_bytes())?;
+        pulled
+            .dirs
+            .push((dir, files.into_iter().map(|f| f.0).collect()));
+    }
+    if groups.len() > 1 {
+        pulled.merged = Some(merge_streams(out, stream_docs)?);
+    }
+    Ok(pulled)
+}
+
+/// The index entries `sel` asks for, grouped by (arch, stream), each
+/// group's meta and stream documents with it; an error naming what the
+/// index has when the selection finds nothing, or misses a platform.
+fn select<'a>(
+    entries: &'a [Value],
+    sel: &Selection,
+    what: &str,
+) -> Result<BTreeMap<(String, String), Vec<&'a Value>>> {
     // Present (arch, stream) pairs and platforms, for the errors below.
     let present: BTreeSet<(String, String)> = entries
         .iter()
@@ -149,110 +216,104 @@ pub fn pull(
                 .push(e);
         }
     }
-    let arches: BTreeSet<&String> = groups.keys().map(|k| &k.0).collect();
-    let streams: BTreeSet<&String> = groups.keys().map(|k| &k.1).collect();
-    let mut pulled = Pulled::default();
-    // Each group's stream.json as written, for the merged document.
-    let mut stream_docs: Vec<(String, crate::publish::merge::Input)> = Vec::new();
-    for ((arch, stream), es) in &groups {
-        let mut sub = PathBuf::new();
-        if arches.len() > 1 {
-            sub.push(arch);
+    Ok(groups)
+}
+
+/// Each entry of one group into `dir`: its manifest read, its one layer
+/// downloaded unless `dir` has the file with that digest already (the
+/// bytes downloaded added to `bytes`).
+fn fetch_group(
+    c: &Client,
+    es: &[&Value],
+    what: &str,
+    (arch, stream): (&str, &str),
+    dir: &Path,
+    progress: &dyn Fn(&str, u64, u64),
+    bytes: &mut u64,
+) -> Result<Fetched> {
+    let mut files: Vec<(String, String)> = Vec::new();
+    let mut docs: BTreeMap<&'static str, PathBuf> = BTreeMap::new();
+    for e in es {
+        let d = e["digest"].as_str().unwrap_or("");
+        let ewhat = format!("{what} entry {} ({arch}, {stream})", ann(e, A_PLATFORM));
+        let m = c
+            .get_manifest(d)?
+            .ok_or_else(|| anyhow!("{ewhat}: manifest {d} is missing from the registry"))?;
+        let mv: Value = serde_json::from_slice(&m.bytes)
+            .with_context(|| format!("{ewhat}: manifest is not JSON"))?;
+        let layer = mv["layers"]
+            .get(0)
+            .ok_or_else(|| anyhow!("{ewhat}: its manifest has no layer"))?;
+        let name = title(layer, &ewhat)?;
+        let ld = layer["digest"].as_str().unwrap_or("");
+        let size = layer["size"].as_u64().unwrap_or(0);
+        let dest = dir.join(&name);
+        let already = std::fs::metadata(&dest).is_ok_and(|m| m.len() == size)
+            && crate::publish::meta::sha256_file(&dest)
+                .is_ok_and(|(h, _)| format!("sha256:{h}") == ld);
+        if !already {
+            c.pull_blob(ld, size, &dest, &|n| progress(&name, n, size))
+                .with_context(|| format!("{ewhat}: {name}"))?;
+            *bytes += size;
         }
-        if streams.len() > 1 {
-            sub.push(stream);
-        }
-        let dir = out.join(&sub);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let _lock = crate::util::lock::DirLock::output(&dir)?;
-        // (file, sha256 hex): a layer is the file, so its digest is the
-        // file's, checked as it was written.
-        let mut files: Vec<(String, String)> = Vec::new();
-        let mut docs: BTreeMap<&str, PathBuf> = BTreeMap::new();
-        for e in es {
-            let d = e["digest"].as_str().unwrap_or("");
-            let ewhat = format!("{what} entry {} ({arch}, {stream})", ann(e, A_PLATFORM));
-            let m = c
-                .get_manifest(d)?
-                .ok_or_else(|| anyhow!("{ewhat}: manifest {d} is missing from the registry"))?;
-            let mv: Value = serde_json::from_slice(&m.bytes)
-                .with_context(|| format!("{ewhat}: manifest is not JSON"))?;
-            let layer = mv["layers"]
-                .get(0)
-                .ok_or_else(|| anyhow!("{ewhat}: its manifest has no layer"))?;
-            let name = title(layer, &ewhat)?;
-            let ld = layer["digest"].as_str().unwrap_or("");
-            let size = layer["size"].as_u64().unwrap_or(0);
-            let dest = dir.join(&name);
-            let already = std::fs::metadata(&dest).is_ok_and(|m| m.len() == size)
-                && crate::publish::meta::sha256_file(&dest)
-                    .is_ok_and(|(h, _)| format!("sha256:{h}") == ld);
-            if !already {
-                c.pull_blob(ld, size, &dest, &|n| progress(&name, n, size))
-                    .with_context(|| format!("{ewhat}: {name}"))?;
-                pulled.bytes += size;
+        match ann(e, A_PLATFORM) {
+            "meta" => {
+                docs.insert("meta", dest);
             }
-            match ann(e, A_PLATFORM) {
-                "meta" => {
-                    docs.insert("meta", dest);
-                }
-                "stream" => {
-                    docs.insert("stream", dest);
-                }
-                _ => files.push((name, ld.trim_start_matches("sha256:").to_string())),
+            "stream" => {
+                docs.insert("stream", dest);
             }
+            _ => files.push((name, ld.trim_start_matches("sha256:").to_string())),
         }
-        let kept: BTreeSet<String> = files.iter().map(|f| f.0.clone()).collect();
-        // meta.json: only the images pulled.
-        if let Some(p) = docs.get("meta") {
-            let mut m: Value = serde_json::from_slice(&std::fs::read(p)?)
-                .with_context(|| format!("{}: not JSON", p.display()))?;
-            if let Some(imgs) = m["images"].as_object_mut() {
-                let before = imgs.len();
-                imgs.retain(|_, v| v["path"].as_str().is_some_and(|f| kept.contains(f)));
-                if imgs.len() != before {
-                    let mut b = serde_json::to_vec_pretty(&m)?;
-                    b.push(b'\n');
-                    crate::publish::meta::write_atomic(&dir, "meta.json", &b)?;
-                }
-            }
-        }
-        // stream.json: locations under the base URL, only what was pulled.
-        if let Some(p) = docs.get("stream") {
-            let mut s: Value = serde_json::from_slice(&std::fs::read(p)?)
-                .with_context(|| format!("{}: not JSON", p.display()))?;
-            let prefix = if sub.as_os_str().is_empty() {
-                String::new()
-            } else {
-                format!("{}/", sub.display())
-            };
-            relocate(&mut s, base_url, &prefix, &kept);
-            let mut b = serde_json::to_vec_pretty(&s)?;
+    }
+    Ok(Fetched { files, docs })
+}
+
+/// Rewrite the pulled meta.json at `p` in `dir` to hold only the images
+/// in `kept` (left as pushed when it has no others).
+fn narrow_meta(p: &Path, dir: &Path, kept: &BTreeSet<String>) -> Result<()> {
+    let mut m: Value = serde_json::from_slice(&std::fs::read(p)?)
+        .with_context(|| format!("{}: not JSON", p.display()))?;
+    if let Some(imgs) = m["images"].as_object_mut() {
+        let before = imgs.len();
+        imgs.retain(|_, v| v["path"].as_str().is_some_and(|f| kept.contains(f)));
+        if imgs.len() != before {
+            let mut b = serde_json::to_vec_pretty(&m)?;
             b.push(b'\n');
-            crate::publish::meta::write_atomic(&dir, "stream.json", &b)?;
-            let path = dir.join("stream.json");
-            let doc = serde_json::from_value(s)
-                .with_context(|| format!("{}: not a CoreOS stream document", path.display()))?;
-            stream_docs.push((
-                stream.clone(),
-                crate::publish::merge::Input {
-                    path,
-                    doc: crate::publish::merge::Doc::One(doc),
-                },
-            ));
+            crate::publish::meta::write_atomic(dir, "meta.json", &b)?;
         }
-        // SHA256SUMS of the artifacts, as generate writes it, from the
-        // digests each file was checked against (no second read).
-        let sums: String = files.iter().map(|(f, h)| format!("{h}  {f}\n")).collect();
-        crate::publish::meta::write_atomic(&dir, "SHA256SUMS", sums.as_bytes())?;
-        pulled
-            .dirs
-            .push((dir, files.into_iter().map(|f| f.0).collect()));
     }
-    if groups.len() > 1 {
-        pulled.merged = Some(merge_streams(out, stream_docs)?);
-    }
-    Ok(pulled)
+    Ok(())
+}
+
+/// Write `dir/stream.json` from the pulled one at `p`: its locations under
+/// `base_url` (`sub/` prefixed), only the artifacts in `kept`; the document
+/// as written, for the merge of several groups.
+fn write_stream(
+    p: &Path,
+    dir: &Path,
+    sub: &Path,
+    base_url: Option<&str>,
+    kept: &BTreeSet<String>,
+) -> Result<crate::publish::merge::Input> {
+    let mut s: Value = serde_json::from_slice(&std::fs::read(p)?)
+        .with_context(|| format!("{}: not JSON", p.display()))?;
+    let prefix = if sub.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!("{}/", sub.display())
+    };
+    relocate(&mut s, base_url, &prefix, kept);
+    let mut b = serde_json::to_vec_pretty(&s)?;
+    b.push(b'\n');
+    crate::publish::meta::write_atomic(dir, "stream.json", &b)?;
+    let path = dir.join("stream.json");
+    let doc = serde_json::from_value(s)
+        .with_context(|| format!("{}: not a CoreOS stream document", path.display()))?;
+    Ok(crate::publish::merge::Input {
+        path,
+        doc: crate::publish::merge::Doc::One(doc),
+    })
 }
 
 /// Several arches or streams pulled: one document at `out` for what an

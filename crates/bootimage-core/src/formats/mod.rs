@@ -54,6 +54,17 @@ pub enum OvfTemplate {
 }
 
 impl Format {
+    /// Whether [`write`] encodes this format to a work file first (before
+    /// compressing it, or packing it into an archive), when its output is
+    /// `compressed`: a disk's worth of work space (the free-space check).
+    pub fn staged(self, compressed: bool) -> bool {
+        match self {
+            Format::OciArchive => true,
+            Format::Qcow2 { .. } | Format::Vmdk | Format::Vhdx => compressed,
+            _ => false,
+        }
+    }
+
     /// One line for humans (`platforms`, `--dry-run`).
     pub fn describe(self) -> &'static str {
         match self {

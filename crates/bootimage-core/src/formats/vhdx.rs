@@ -118,21 +118,94 @@ pub fn write_vhdx(
 }
 
 fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> Result<VhdxStats> {
-    let virtual_size = view
-        .len()
-        .checked_next_multiple_of(LOGICAL_SECTOR)
-        .context("disk size overflows")?;
-    ensure!(virtual_size > 0, "cannot write an empty disk as VHDX");
-    let blocks = virtual_size.div_ceil(BLOCK_SIZE);
-    // Payload blocks per sector-bitmap entry (MS-VHDX 2.5: chunk ratio).
-    let chunk_ratio = ((1u64 << 23) * LOGICAL_SECTOR) / BLOCK_SIZE;
-    let bat_entries = blocks + (blocks - 1) / chunk_ratio;
-    let bat_len = (bat_entries * 8).next_multiple_of(MIB);
-    let data_start = BAT_OFFSET + bat_len;
+    let layout = Layout::of(view.len())?;
+    let mut w = BufWriter::with_capacity(4 << 20, file);
+    let payload = write_payload(view, &mut w, &layout, progress)?;
+    let ids = identifiers(&payload.bat, layout.virtual_size);
+    at(&mut w, 0, &file_identifier())?;
+    // Headers: the one with the higher sequence number is current.
+    for (off, seq) in [(HEADER1, 0u64), (HEADER2, 1u64)] {
+        at(&mut w, off, &header(seq, &ids))?;
+    }
+    // Region tables (two identical copies).
+    let rt = region_table(layout.bat_len);
+    at(&mut w, REGION1, &rt)?;
+    at(&mut w, REGION2, &rt)?;
+    // The log: zeros.
+    at(&mut w, LOG_OFFSET, &vec![0u8; LOG_LENGTH as usize])?;
+    at(
+        &mut w,
+        METADATA_OFFSET,
+        &metadata(layout.virtual_size, &ids[2]),
+    )?;
+    at(&mut w, BAT_OFFSET, &payload.bat)?;
+    w.flush()?;
+    drop(w);
+    // The file ends after the last payload block (or the BAT).
+    file.set_len(payload.next)?;
+    Ok(VhdxStats {
+        virtual_size: layout.virtual_size,
+        blocks_written: payload.written,
+        file_size: payload.next,
+    })
+}
 
+/// Where the BAT and the payload go, from the disk's size.
+struct Layout {
+    /// The disk's size, rounded up to a logical sector.
+    virtual_size: u64,
+    /// Payload blocks per sector-bitmap entry.
+    chunk_ratio: u64,
+    bat_len: u64,
+    /// The first payload block's offset, right after the BAT.
+    data_start: u64,
+}
+
+impl Layout {
+    fn of(len: u64) -> Result<Layout> {
+        let virtual_size = len
+            .checked_next_multiple_of(LOGICAL_SECTOR)
+            .context("disk size overflows")?;
+        ensure!(virtual_size > 0, "cannot write an empty disk as VHDX");
+        let blocks = virtual_size.div_ceil(BLOCK_SIZE);
+        // Payload blocks per sector-bitmap entry (MS-VHDX 2.5: chunk ratio).
+        let chunk_ratio = ((1u64 << 23) * LOGICAL_SECTOR) / BLOCK_SIZE;
+        let bat_entries = blocks + (blocks - 1) / chunk_ratio;
+        let bat_len = (bat_entries * 8).next_multiple_of(MIB);
+        let data_start = BAT_OFFSET + bat_len;
+        Ok(Layout {
+            virtual_size,
+            chunk_ratio,
+            bat_len,
+            data_start,
+        })
+    }
+}
+
+/// What [`write_payload`] left: the BAT, where the file ends, and how
+/// many blocks it holds.
+struct Payload {
+    bat: Vec<u8>,
+    next: u64,
+    written: u64,
+}
+
+/// Write the payload blocks from `layout.data_start` on and fill the BAT
+/// entries that place them.
+fn write_payload(
+    view: &dyn DiskView,
+    w: &mut BufWriter<&File>,
+    layout: &Layout,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Payload> {
+    let Layout {
+        virtual_size,
+        chunk_ratio,
+        bat_len,
+        data_start,
+    } = *layout;
     // Payload: every block with a non-zero byte, in order.
     let mut bat = vec![0u8; bat_len as usize];
-    let mut w = BufWriter::with_capacity(4 << 20, file);
     w.seek(SeekFrom::Start(data_start))?;
     let mut next = data_start;
     let mut buf = vec![0u8; BLOCK_SIZE as usize];
@@ -162,12 +235,17 @@ fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> R
             written += 1;
         }
     }
-    // Identifiers from the content: the BAT and the size.
+    Ok(Payload { bat, next, written })
+}
+
+/// Identifiers from the content: the BAT and the size. Three GUIDs:
+/// FileWriteGuid, DataWriteGuid, the page 83 data.
+fn identifiers(bat: &[u8], virtual_size: u64) -> Vec<[u8; 16]> {
     let id = Sha256::new()
-        .chain_update(&bat)
+        .chain_update(bat)
         .chain_update(virtual_size.to_le_bytes())
         .finalize();
-    let ids: Vec<[u8; 16]> = (0..3u8)
+    (0..3u8)
         .map(|k| {
             let mut g = [0u8; 16];
             g.copy_from_slice(&Sha256::new().chain_update(id).chain_update([k]).finalize()[..16]);
@@ -176,9 +254,18 @@ fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> R
             g[8] = (g[8] & 0x3f) | 0x80;
             g
         })
-        .collect();
+        .collect()
+}
 
-    // File type identifier.
+/// Write `data` at `off`.
+fn at(w: &mut BufWriter<&File>, off: u64, data: &[u8]) -> Result<()> {
+    w.seek(SeekFrom::Start(off))?;
+    w.write_all(data)?;
+    Ok(())
+}
+
+/// File type identifier.
+fn file_identifier() -> Vec<u8> {
     let mut ident = vec![0u8; 64 * KIB as usize];
     ident[..8].copy_from_slice(b"vhdxfile");
     for (i, u) in concat!("bootimage-gen ", env!("CARGO_PKG_VERSION"))
@@ -187,29 +274,28 @@ fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> R
     {
         ident[8 + 2 * i..10 + 2 * i].copy_from_slice(&u.to_le_bytes());
     }
-    let at = |w: &mut BufWriter<&File>, off: u64, data: &[u8]| -> Result<()> {
-        w.seek(SeekFrom::Start(off))?;
-        w.write_all(data)?;
-        Ok(())
-    };
-    at(&mut w, 0, &ident)?;
-    // Headers: the one with the higher sequence number is current.
-    for (off, seq) in [(HEADER1, 0u64), (HEADER2, 1u64)] {
-        let mut h = vec![0u8; HEADER_SIZE];
-        h[..4].copy_from_slice(b"head");
-        h[8..16].copy_from_slice(&seq.to_le_bytes());
-        h[16..32].copy_from_slice(&ids[0]); // FileWriteGuid
-        h[32..48].copy_from_slice(&ids[1]); // DataWriteGuid
-                                            // LogGuid (48..64) zero: no log to replay.
-        h[64..66].copy_from_slice(&0u16.to_le_bytes()); // LogVersion
-        h[66..68].copy_from_slice(&1u16.to_le_bytes()); // Version
-        h[68..72].copy_from_slice(&(LOG_LENGTH as u32).to_le_bytes());
-        h[72..80].copy_from_slice(&LOG_OFFSET.to_le_bytes());
-        let c = crc32c(&h);
-        h[4..8].copy_from_slice(&c.to_le_bytes());
-        at(&mut w, off, &h)?;
-    }
-    // Region tables (two identical copies).
+    ident
+}
+
+/// The header with sequence number `seq`, its checksum filled in. LogGuid
+/// (48..64) stays zero: no log to replay.
+fn header(seq: u64, ids: &[[u8; 16]]) -> Vec<u8> {
+    let mut h = vec![0u8; HEADER_SIZE];
+    h[..4].copy_from_slice(b"head");
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..32].copy_from_slice(&ids[0]); // FileWriteGuid
+    h[32..48].copy_from_slice(&ids[1]); // DataWriteGuid
+    h[64..66].copy_from_slice(&0u16.to_le_bytes()); // LogVersion
+    h[66..68].copy_from_slice(&1u16.to_le_bytes()); // Version
+    h[68..72].copy_from_slice(&(LOG_LENGTH as u32).to_le_bytes());
+    h[72..80].copy_from_slice(&LOG_OFFSET.to_le_bytes());
+    let c = crc32c(&h);
+    h[4..8].copy_from_slice(&c.to_le_bytes());
+    h
+}
+
+/// The region table: the BAT and the metadata region, both required.
+fn region_table(bat_len: u64) -> Vec<u8> {
     let mut rt = vec![0u8; REGION_SIZE];
     rt[..4].copy_from_slice(b"regi");
     rt[8..12].copy_from_slice(&2u32.to_le_bytes());
@@ -228,11 +314,11 @@ fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> R
     }
     let c = crc32c(&rt);
     rt[4..8].copy_from_slice(&c.to_le_bytes());
-    at(&mut w, REGION1, &rt)?;
-    at(&mut w, REGION2, &rt)?;
-    // The log: zeros.
-    at(&mut w, LOG_OFFSET, &vec![0u8; LOG_LENGTH as usize])?;
-    // Metadata: table, then the items from 64 KiB on.
+    rt
+}
+
+/// Metadata: table, then the items from 64 KiB on.
+fn metadata(virtual_size: u64, page83: &[u8; 16]) -> Vec<u8> {
     let mut md = vec![0u8; METADATA_LENGTH as usize];
     md[..8].copy_from_slice(b"metadata");
     let mut items: Vec<(&str, Vec<u8>, u32)> = vec![
@@ -246,7 +332,7 @@ fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> R
             virtual_size.to_le_bytes().to_vec(),
             MD_VIRTUAL_DISK | MD_REQUIRED,
         ),
-        (PAGE83_DATA, ids[2].to_vec(), MD_VIRTUAL_DISK | MD_REQUIRED),
+        (PAGE83_DATA, page83.to_vec(), MD_VIRTUAL_DISK | MD_REQUIRED),
     ];
     items.push((
         LOGICAL_SECTOR_SIZE,
@@ -269,17 +355,7 @@ fn write(view: &dyn DiskView, file: &File, progress: &(dyn Fn(u64) + Sync)) -> R
         md[off as usize..off as usize + data.len()].copy_from_slice(data);
         off += data.len() as u64;
     }
-    at(&mut w, METADATA_OFFSET, &md)?;
-    at(&mut w, BAT_OFFSET, &bat)?;
-    w.flush()?;
-    drop(w);
-    // The file ends after the last payload block (or the BAT).
-    file.set_len(next)?;
-    Ok(VhdxStats {
-        virtual_size,
-        blocks_written: written,
-        file_size: next,
-    })
+    md
 }
 
 #[cfg(test)]
