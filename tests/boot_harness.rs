@@ -511,7 +511,24 @@ fn kernel_panic_is_an_error_without_waiting_for_the_timeout() {
     .unwrap_err();
     assert!(e.contains("kernel panic"), "{e}");
     assert!(e.contains("VFS: Unable to mount root fs"), "{e}");
+    // The image's fault: not booted once more (unlike a timer check that
+    // an overloaded emulator fails).
+    assert!(!e.contains("the first boot failed too"), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(90), "{e}");
+}
+
+#[test]
+fn only_emulation_panics_are_booted_once_more() {
+    assert!(emulation_panic(
+        "[    0.040000] Kernel panic - not syncing: IO-APIC + timer doesn't work!  Boot with apic=debug and send a report.  Then try booting with the 'noapic' option."
+    ));
+    for image_fault in [
+        "Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)",
+        "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100",
+        "Kernel panic - not syncing: No working init found.",
+    ] {
+        assert!(!emulation_panic(image_fault), "{image_fault}");
+    }
 }
 
 #[test]

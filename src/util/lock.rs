@@ -120,8 +120,10 @@ impl Lock {
         }
         l.file.set_len(0)?;
         l.file.rewind()?;
-        write!(l.file, "PID {} {what}", std::process::id())?;
-        l.file.flush()?;
+        // One write of a whole record, newline-terminated: a waiter that
+        // reads while it is being written sees no holder, never half a one.
+        let record = format!("PID {} {what}\n", std::process::id());
+        l.file.write_all(record.as_bytes())?;
         Ok(l)
     }
 
@@ -142,10 +144,12 @@ impl Drop for Lock {
 }
 
 /// What the holder of a lock file wrote (`PID n what`), or "".
+/// Who holds the lock file `f`, as its holder wrote it; empty while the
+/// record is not complete (being written) or unreadable.
 fn holder_of(f: &File) -> String {
     let mut s = String::new();
     let mut r = f;
-    if r.rewind().is_ok() && r.read_to_string(&mut s).is_ok() {
+    if r.rewind().is_ok() && r.read_to_string(&mut s).is_ok() && s.ends_with('\n') {
         return s.trim().to_string();
     }
     String::new()
@@ -325,8 +329,17 @@ mod tests {
         let l = Lock::wait(&p, "importing X").unwrap();
         assert_eq!(
             std::fs::read_to_string(&p).unwrap(),
+            format!("PID {} importing X\n", std::process::id())
+        );
+        // Half a record (a holder still writing it) names no holder.
+        let f = File::open(&p).unwrap();
+        assert_eq!(
+            holder_of(&f),
             format!("PID {} importing X", std::process::id())
         );
+        std::fs::write(&p, "PID 12").unwrap();
+        assert_eq!(holder_of(&f), "");
+        std::fs::write(&p, format!("PID {} importing X\n", std::process::id())).unwrap();
         let p2 = p.clone();
         let t = std::time::Instant::now();
         let h = std::thread::spawn(move || {
@@ -339,6 +352,6 @@ mod tests {
         drop(l);
         let (waited, text) = h.join().unwrap();
         assert!(waited >= Duration::from_millis(500), "{waited:?}");
-        assert!(text.ends_with("importing X again"), "{text}");
+        assert!(text.ends_with("importing X again\n"), "{text}");
     }
 }

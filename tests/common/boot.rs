@@ -666,7 +666,7 @@ impl Vm {
                 Err(e) => Err(fail(e)),
             },
             Outcome::Fail(reason) => Err(fail(format!("the test OS failed: {reason}"))),
-            Outcome::Panic => Err(fail("kernel panic".to_string())),
+            Outcome::Panic(line) => Err(fail(format!("kernel panic ({line})"))),
             Outcome::NoBoot(why) => Err(fail(format!("nothing booted: {why}"))),
             Outcome::Exited(st) => Err(fail(format!(
                 "qemu exited ({st}) without a BOOTIMAGE-TEST-OS marker"
@@ -1082,7 +1082,8 @@ enum Outcome {
         cmdline: Option<String>,
     },
     Fail(String),
-    Panic,
+    /// The guest kernel panicked (its `Kernel panic` line).
+    Panic(String),
     /// The firmware found nothing to boot.
     NoBoot(String),
     Exited(ExitStatus),
@@ -1107,6 +1108,9 @@ impl Outcome {
     fn emulator_fault(&self) -> Option<String> {
         match self {
             Outcome::Oops(line) => Some(format!("the guest kernel oopsed ({line})")),
+            Outcome::Panic(line) if emulation_panic(line) => Some(format!(
+                "the guest kernel's timer check failed under emulation ({line})"
+            )),
             Outcome::Stalled { last_output, quiet } => Some(format!(
                 "the console went silent at {:.0} s for {:.0} s",
                 last_output.as_secs_f64(),
@@ -1133,12 +1137,23 @@ struct Scan {
     marker: Option<String>,
     cmdline: Option<String>,
     fail: Option<String>,
-    panic: bool,
+    panic: Option<String>,
     oops: Option<String>,
     no_boot: Option<String>,
 }
 
 /// Kernel lines of an oops (x86, arm64, ppc64, s390x).
+/// Kernel panics that say the emulated machine was too slow, not that the
+/// image is wrong: x86's check that the timer ticks through the IO-APIC
+/// (`check_timer`) gives up when a loaded TCG host delays the ticks.
+const EMULATION_PANICS: &[&str] = &["IO-APIC + timer doesn't work"];
+
+/// Whether the kernel panic line `line` is one an emulator fault causes
+/// ([`EMULATION_PANICS`]): such a boot gets one more try.
+pub fn emulation_panic(line: &str) -> bool {
+    EMULATION_PANICS.iter().any(|p| line.contains(p))
+}
+
 const OOPS_SIGNS: &[&str] = &[
     "Oops:",
     "illegal operation:",
@@ -1164,7 +1179,7 @@ impl Scan {
                 }
             }
             if line.contains("Kernel panic - not syncing") {
-                self.panic = true;
+                self.panic.get_or_insert_with(|| line.trim().to_string());
             }
             if OOPS_SIGNS.iter().any(|o| line.contains(o)) {
                 self.oops.get_or_insert_with(|| line.trim().to_string());
@@ -1288,10 +1303,10 @@ fn run_qemu(
             break Outcome::Exited(st);
         } else if let Some(why) = &s.no_boot {
             break Outcome::NoBoot(why.clone());
-        } else if s.panic {
+        } else if let Some(line) = &s.panic {
             let seen = *panic_at.get_or_insert(now);
             if now - seen > PANIC_GRACE {
-                break Outcome::Panic;
+                break Outcome::Panic(line.clone());
             }
         } else if let Some(line) = &s.oops {
             let seen = *oops_at.get_or_insert(now);
