@@ -1,5 +1,6 @@
 //! `generate`: the flags become validated settings, the pipeline runs them.
 use crate::cli::GenerateArgs;
+use crate::plan::preflight::Named;
 use crate::plan::settings::{Flags, Settings};
 use crate::platforms::Upload;
 use anyhow::Result;
@@ -41,9 +42,7 @@ fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
     // vSphere: settings checked before the build, the import after it.
     let vsphere = match &a.vsphere_template {
         Some(name) => {
-            let named = crate::plan::preflight::parse_platforms(&a.platforms)?;
-            let all = a.platforms.iter().any(|p| p == crate::plan::preflight::ALL);
-            if !all && !named.iter().any(|p| p.uploads_to(Upload::Vsphere)) {
+            if !Named::parse(&a.platforms)?.upload_to(Upload::Vsphere) {
                 anyhow::bail!("--vsphere-template {name} needs the vmware platform: add `vmware` to the platforms");
             }
             Some(super::vsphere::settings(

@@ -66,7 +66,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     };
     let dry = planning::dry_plan(s, &loaded, chosen, &reporter)?;
     if s.dry_run {
-        println!("{}", serde_json::to_string_pretty(&dry)?);
+        println!("{}", serde_json::to_string_pretty(&dry.0)?);
         return Ok(ran);
     }
     let plan = planning::checked_plan(s, &loaded, dry, aws.as_ref(), &reporter)?;

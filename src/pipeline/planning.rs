@@ -3,8 +3,9 @@
 //! made with the imported OS and checked against it ([`facts::check`]).
 use super::load::Loaded;
 use crate::backend::Chosen;
+use crate::plan::facts::{self, LiveFound};
+use crate::plan::preflight;
 use crate::plan::settings::Settings;
-use crate::plan::{facts, preflight};
 use crate::plan::{DryPlan, Plan, PlanInput};
 use crate::platforms::PlatformSpec;
 use crate::publish::aws;
@@ -12,13 +13,14 @@ use crate::util::progress::Reporter;
 use anyhow::{Context, Result};
 
 /// The platforms to build (`all` expanded by the release's stream) and the
-/// dry plan: everything decided before the base disk.
+/// dry plan: everything decided before the base disk; with it, what the
+/// live check found when `all` had to run it (kept for [`checked_plan`]).
 pub(super) fn dry_plan(
     s: &Settings,
     loaded: &Loaded,
     chosen: Chosen,
     reporter: &Reporter,
-) -> Result<DryPlan> {
+) -> Result<(DryPlan, Option<LiveFound>)> {
     let os = loaded.os.as_ref();
     let content = match os {
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
@@ -33,17 +35,21 @@ pub(super) fn dry_plan(
     };
     // `all` includes live only when the OS has what it needs; named
     // explicitly, live fails later with the reason instead.
+    let mut live = None;
     if s.all && !named_live {
         if let Some(o) = os.filter(|_| specs.iter().any(|p| p.is_live())) {
-            if let Err(e) = facts::check_live(&loaded.cache.repo, o, &loaded.resolved.arch) {
-                reporter.note(&format!(
-                    "all: leaving the live ISO and PXE files out: {e:#}"
-                ));
-                specs.retain(|p| !p.is_live());
+            match facts::check_live(&loaded.cache.repo, o, &loaded.resolved.arch) {
+                Ok(found) => live = Some(found),
+                Err(e) => {
+                    reporter.note(&format!(
+                        "all: leaving the live ISO and PXE files out: {e:#}"
+                    ));
+                    specs.retain(|p| !p.is_live());
+                }
             }
         }
     }
-    DryPlan::build(PlanInput {
+    let dry = DryPlan::build(PlanInput {
         resolved: &loaded.resolved,
         os,
         content_bytes: content,
@@ -51,16 +57,17 @@ pub(super) fn dry_plan(
         compressor: s.compressor,
         backend: chosen,
         output_dir: s.output.clone(),
-    })
+    })?;
+    Ok((dry, live))
 }
 
 /// The executable plan: the dry plan made with the imported OS, checked
-/// against what the OS ships (the facts kept in it). `aws`: the session
-/// `--aws-register` connected.
+/// against what the OS ships (the facts kept in it; the live check's result
+/// from [`dry_plan`] reused). `aws`: the session `--aws-register` connected.
 pub(super) fn checked_plan(
     s: &Settings,
     loaded: &Loaded,
-    dry: DryPlan,
+    (dry, live): (DryPlan, Option<LiveFound>),
     aws: Option<&aws::Session>,
     reporter: &Reporter,
 ) -> Result<Plan> {
@@ -74,6 +81,7 @@ pub(super) fn checked_plan(
         os,
         &loaded.cache.repo,
         s.aws.as_ref().zip(aws),
+        live,
         reporter,
     )
 }

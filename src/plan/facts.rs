@@ -30,14 +30,20 @@ pub struct Facts {
     pub image_refs: Option<ImageRefs>,
 }
 
+/// What [`check_live`] found: the host's ISOLINUX (arches with BIOS) and
+/// the mkfs.erofs options (an OS asking for EROFS).
+pub type LiveFound = (Option<Syslinux>, Option<live::erofs::Options>);
+
 /// Check what the OS ships against the plan, before anything is built, and
 /// keep what was found in the plan. `aws`: `--aws-register`'s settings and
-/// the session connected with them.
+/// the session connected with them; `live`: what an earlier [`check_live`]
+/// of this OS found (planning `all` checks it), not looked up again.
 pub fn check(
     mut plan: Plan,
     os: &OsInfo,
     repo: &Repo,
     aws: Option<(&aws::Settings, &aws::Session)>,
+    live: Option<LiveFound>,
     r: &Reporter,
 ) -> Result<Plan> {
     let ami_spec = match aws {
@@ -46,10 +52,10 @@ pub fn check(
     };
     check_bootloader(repo, &os.commit, &plan)?;
     let bootupd = check_bootupd(repo, os)?;
-    let (syslinux, erofs) = if plan.artifacts.iter().any(|x| x.live.is_some()) {
-        check_live(repo, os, &plan.release.arch)?
-    } else {
-        (None, None)
+    let (syslinux, erofs) = match live {
+        _ if !plan.artifacts.iter().any(|x| x.live.is_some()) => (None, None),
+        Some(found) => found,
+        None => check_live(repo, os, &plan.release.arch)?,
     };
     note_os_requests(os, bootupd.as_ref(), erofs.as_ref(), r);
     let image_refs = match plan.os.os_format {
@@ -144,11 +150,7 @@ fn check_bootloader(repo: &Repo, commit: &str, plan: &Plan) -> Result<()> {
 /// usable initramfs, the EFI GRUB vendor directory (for the ISO's
 /// `EFI/<vendor>/grub.cfg` and efiboot.img), a squashfs live root, and
 /// ISOLINUX on the host. Checked before anything is built.
-pub fn check_live(
-    repo: &Repo,
-    os: &OsInfo,
-    arch: &str,
-) -> Result<(Option<Syslinux>, Option<live::erofs::Options>)> {
+pub fn check_live(repo: &Repo, os: &OsInfo, arch: &str) -> Result<LiveFound> {
     let commit = &os.commit;
     let short = input::short(commit);
     let img = &os.config.image;

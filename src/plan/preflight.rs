@@ -1,7 +1,7 @@
 //! Preflight of the settings, before the first side effect: platform
 //! names and arches, `all`, the output directory, the base URL. What the
 //! OS ships is checked in [`super::facts`], free space in [`super::space`].
-use crate::platforms::{self, PlatformSpec};
+use crate::platforms::{self, PlatformSpec, Upload};
 use crate::util::progress::Reporter;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -9,6 +9,29 @@ use std::path::{Path, PathBuf};
 /// The platform named `all` (SPEC 1.3): what the release's pinned stream
 /// lists for the arch, else every platform this tool builds.
 pub const ALL: &str = "all";
+
+/// The platforms named on the command line: those named explicitly and
+/// whether `all` was named (expanded later, by [`expand_all`]).
+pub struct Named {
+    pub specs: Vec<&'static PlatformSpec>,
+    pub all: bool,
+}
+
+impl Named {
+    /// Parse the platform arguments ([`parse_platforms`]).
+    pub fn parse(names: &[String]) -> Result<Named> {
+        Ok(Named {
+            specs: parse_platforms(names)?,
+            all: names.iter().any(|p| p == ALL),
+        })
+    }
+
+    /// Whether a platform named can be published to `target` (`all`
+    /// names every platform).
+    pub fn upload_to(&self, target: Upload) -> bool {
+        self.all || self.specs.iter().any(|p| p.uploads_to(target))
+    }
+}
 
 /// The platforms named explicitly (`all` is expanded later, by
 /// [`expand_all`], once the release's stream is known).

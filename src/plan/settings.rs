@@ -2,7 +2,7 @@
 //! (ripgrep's lowargs -> hiargs). Nothing here touches the network or disk
 //! beyond reading the files the flags name.
 use super::input::Input;
-use super::preflight::{self, ALL};
+use super::preflight::{self, Named};
 use crate::backend::{self, vm::VmArgs};
 use crate::io::compress::Compressor;
 use crate::platforms::{PlatformSpec, Upload};
@@ -57,10 +57,9 @@ impl Settings {
     /// Validate `f`; `input` turns the input flags into [`Input`] (after the
     /// other flags were checked, as before).
     pub fn new(f: Flags, input: impl FnOnce() -> Result<Input>) -> Result<Settings> {
-        let named = preflight::parse_platforms(&f.platforms)?;
-        let all = f.platforms.iter().any(|p| p == ALL);
+        let named = Named::parse(&f.platforms)?;
         let aws_settings = aws::Settings::from_args(&f.aws)?;
-        if aws_settings.is_some() && !named.iter().any(|p| p.uploads_to(Upload::Aws)) && !all {
+        if aws_settings.is_some() && !named.upload_to(Upload::Aws) {
             bail!(
                 "--aws-register registers the aws disk: add the aws platform (or all) to the platforms"
             );
@@ -72,8 +71,8 @@ impl Settings {
         preflight::check_output_dir(&f.output)?;
         Ok(Settings {
             input: input()?,
-            named,
-            all,
+            named: named.specs,
+            all: named.all,
             aws: aws_settings,
             compressor,
             base_url: f.base_url,
