@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast lint fmt clean bench bench-deploy bench-vsphere bench-registry image install fuzz chaos
+.PHONY: all deps build fixtures demo test test-fast fresh-machine lint fmt clean bench bench-deploy bench-vsphere bench-registry image install fuzz chaos
 
 all: build
 
@@ -10,11 +10,17 @@ deps:
 	bash scripts/install-deps.sh
 
 # Compiled dependencies come from, and go to, a cache outside the clone
-# keyed by Cargo.lock and the toolchain (scripts/target-cache.sh).
+# keyed by Cargo.lock and the toolchain (scripts/target-cache.sh): every
+# target that compiles restores first and saves after. A missing, empty or
+# foreign cache means a cold compile, said in one line; a step that fails
+# says which and why.
+RESTORE = bash scripts/target-cache.sh restore
+SAVE = bash scripts/target-cache.sh save
+
 build: deps
-	bash scripts/target-cache.sh restore
+	$(RESTORE)
 	$(CARGO) build --release --workspace --bins
-	bash scripts/target-cache.sh save
+	$(SAVE)
 
 fixtures: build
 	bash fixtures/build.sh
@@ -47,11 +53,13 @@ bench-deploy: build
 # vSphere upload throughput against curl -T of the same VMDK to the same
 # simulator (tests/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).
 bench-vsphere: deps
+	$(RESTORE)
 	$(CARGO) test --release --features privileged --test vsphere -- --ignored bench_upload_vs_curl --nocapture
 
 # Push throughput against skopeo copy of the same image to the same
 # registry (tests/registry.rs, docker-registry with TLS and htpasswd).
 bench-registry: deps
+	$(RESTORE)
 	$(CARGO) test --release --features privileged --test registry -- --ignored bench_push_vs_skopeo_copy --nocapture
 
 # The tool's container image (containerfiles/): the binary just built and
@@ -78,6 +86,7 @@ install: build
 	target/release/bootimage-gen completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bootimage-gen.fish
 
 lint: deps
+	$(RESTORE)
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets --features boot -- -D warnings
 
@@ -88,15 +97,28 @@ lint: deps
 # a table of each target's wall time. `make test TARGETS="generate lib"`
 # runs only those.
 test:
-	@start=$$(date +%s); bash scripts/install-deps.sh || exit 1; \
-	bash scripts/target-cache.sh restore; \
+	@start=$$(date +%s); \
+	bash scripts/install-deps.sh || { echo "make test: the install step failed (its message is above)" >&2; exit 1; }; \
+	$(RESTORE) || { echo "make test: restoring the compiled dependencies failed (its message is above)" >&2; exit 1; }; \
 	python3 scripts/suite.py --deps-secs $$(( $$(date +%s) - start )) $(TARGETS); rc=$$?; \
-	bash scripts/target-cache.sh save; exit $$rc
+	$(SAVE) || { echo "make test: saving the compiled dependencies failed (its message is above)" >&2; [ $$rc != 0 ] || rc=1; }; \
+	exit $$rc
+
+# The README's two commands on a machine with nothing on it, in a
+# container (scripts/fresh-machine.sh): a pristine Debian 12 rootfs with
+# stale package lists, an empty cache root, every cache step on; `make
+# demo`, then `make test` through its install, compile and fixture phases,
+# then `make demo` again from the cache the first run saved. Prints each
+# phase's time. About 80 minutes on 2 cores: run it before a change to the
+# set-up lands (the suite runs the seeded variant, tests/container.rs).
+fresh-machine: deps
+	bash scripts/fresh-machine.sh
 
 # The fast tier only: no root, no loop device, no VM.
 test-fast: deps
-	bash scripts/target-cache.sh restore
+	$(RESTORE)
 	$(CARGO) test --release --workspace -- --test-threads=2
+	$(SAVE)
 
 # Coverage-guided fuzzing of every parser of untrusted bytes (README
 # "Fuzzing"; `make test` runs the short smoke run, tests/fuzz_smoke.rs).
@@ -112,6 +134,7 @@ fuzz: deps
 # seed (CHAOS_SEED replays one). About 20 minutes on 2 cores.
 CHAOS_RUNS ?= 50
 chaos: deps
+	$(RESTORE)
 	CHAOS_RUNS=$(CHAOS_RUNS) $(CARGO) test --release --features privileged --test chaos -- --test-threads=2 --nocapture
 
 fmt:

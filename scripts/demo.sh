@@ -4,6 +4,9 @@
 # ./bootimages, and show what was written.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/step.sh
+. "$top/scripts/step.sh"
+step_trap demo
 bin=$top/target/release/bootimage-gen
 fx=$(FIXTURE_TOOL=$top/target/release/bootimage-fixture bash "$top/fixtures/build.sh" --demo)
 release="oci:$fx/oci:release"

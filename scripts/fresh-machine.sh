@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `make demo` on a fresh machine of the kind the README targets (Debian 12,
-# root, package registries only, package lists possibly stale), simulated in
-# a container so it can be repeated:
+# The README's two commands on a fresh machine of the kind it targets
+# (Debian 12, root, package registries only, package lists possibly
+# stale), simulated in a container so it can be repeated:
 #
 # - a pristine Debian 12 rootfs: mmdebstrap minbase plus make and git
 #   (cached as fresh-machine/rootfs-<hash>.tar under scripts/cache-root.sh's
@@ -12,41 +12,54 @@
 #   them without `apt-get update` first;
 # - the repository cloned clean (HEAD, no untracked files) into it;
 # - this machine's Rust toolchain (rustup's ~/.rustup, read-only, and the
-#   cargo/rustc proxies), as a fresh machine has it, with a CARGO_HOME of
-#   its own so nothing cargo installs on the host is seen (coreos-installer
-#   is built as install-deps builds it on a fresh machine); crates.io
-#   downloads are shared with the host's ~/.cargo/registry;
+#   cargo/rustc proxies), as a fresh machine of this kind has it, with a
+#   CARGO_HOME of its own;
 # - the host's CA bundle, as the machine's own trust store;
-# - then `make demo`, as root, with no other step. Its exit status is ours.
+# - a cache root of its own (BOOTIMAGE_CACHE), and every cache step on as
+#   a user gets it: target-cache.sh restore and save, the fixtures' cache;
+# - then the README's commands, as root, each line of their output
+#   prefixed with the seconds since the start, and a table of phase times.
 #
-#   scripts/fresh-machine.sh [--warm TARGET_DIR] [--keep] [--make GOAL]
+#   scripts/fresh-machine.sh [--seeded] [--keep] [--make GOAL...]
 #
-# --warm TARGET_DIR  nothing compiled twice: start from a copy-on-write view
-#                    of an existing target/ (an overlay: TARGET_DIR is never
-#                    written), and give the machine the coreos-installer this
-#                    host's install-deps already built (cargo install), so
-#                    only the crate itself compiles again. Without it,
-#                    everything compiles as on a fresh machine (about 25 min
-#                    more on 2 cores).
-# --keep             keep the work dir (its path is printed) for inspection.
-# --make GOAL        run `make GOAL` instead of `make demo` (`--make test`:
-#                    the whole suite on a fresh machine, for its cold time).
+# Default (`make fresh-machine`): from nothing. The cache root starts
+#   empty, no download is shared with this host (apt's archives, crates),
+#   and it runs `make demo` in full, then `make test TARGETS=fixture_smoke`
+#   (the install, compile and fixture phases, and the smallest target),
+#   then `make demo` again: the second run restores what the first saved.
+#   About 80 minutes on 2 cores.
+# --seeded (the suite's tests/container.rs): a machine that has built
+#   before. Its cache root starts with compiled dependencies saved, by
+#   target-cache.sh itself, from this host's target/release, and the clone
+#   sits at this clone's path, so the fresh machine's restore finds the
+#   entry of its key; coreos-installer is this host's (install-deps finds
+#   it installed), apt's and crates' downloads are shared. Everything else
+#   runs as on a new machine: the stale lists, the install, restore, the
+#   compile of the workspace's crates, save, the fixtures, the demo.
+# --keep        keep the work dir (its path is printed) for inspection.
+# --make GOAL   run `make GOAL` instead (repeatable: in order).
 #
 # Runs podman --privileged (make demo builds disks with loop devices). The
-# host's quirks (README, Troubleshooting): runc, lower rlimits.
+# host's quirks (docs/troubleshooting.md): runc, lower rlimits.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-warm=
+# shellcheck source=scripts/step.sh
+. "$top/scripts/step.sh"
+step_trap fresh-machine
+seeded=
 keep=
-goal=demo
+goals=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --warm) warm=$(cd "$2" && pwd); shift 2 ;;
+    --seeded) seeded=1; shift ;;
     --keep) keep=1; shift ;;
-    --make) goal=$2; shift 2 ;;
-    *) echo "usage: $0 [--warm TARGET_DIR] [--keep] [--make GOAL]" >&2; exit 2 ;;
+    --make) goals+=("$2"); shift 2 ;;
+    *) echo "usage: $0 [--seeded] [--keep] [--make GOAL]..." >&2; exit 2 ;;
   esac
 done
+if [ ${#goals[@]} = 0 ]; then
+  if [ -n "$seeded" ]; then goals=(demo); else goals=(demo "test TARGETS=fixture_smoke" demo); fi
+fi
 say() { echo "fresh-machine: $*" >&2; }
 for tool in podman mmdebstrap git; do
   command -v "$tool" >/dev/null || { say "$tool is not installed (run scripts/install-deps.sh)"; exit 1; }
@@ -58,8 +71,9 @@ HOST_CARGO=${CARGO_HOME:-$HOME/.cargo}
 # shellcheck source=scripts/cache-root.sh
 . "$top/scripts/cache-root.sh"
 CACHE=$(bootimage_cache_root)/fresh-machine
-mkdir -p "$CACHE/apt-archives/partial"
+mkdir -p "$CACHE"
 # Its package lists are kept (mmdebstrap removes them by default), to be made stale.
+# shellcheck source=scripts/debian-rootfs.sh
 . "$top/scripts/debian-rootfs.sh"
 image=$(debian_rootfs_image localhost/bootimage-gen-fresh "$CACHE" \
   --variant=minbase --include=ca-certificates,make,git --skip=cleanup/apt/lists)
@@ -68,31 +82,40 @@ work=$(mktemp -d /var/tmp/bootimage-gen-fresh.XXXXXX)
 name=bootimage-gen-fresh-$$
 cleanup() {
   podman rm -f "$name" >/dev/null 2>&1 || true
-  if mountpoint -q "$work/src/target" 2>/dev/null; then umount "$work/src/target" || umount -l "$work/src/target"; fi
   if [ -n "$keep" ]; then say "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# The clone: at this clone's path inside the machine when seeded (the
+# target cache's key holds the clone's path), else at /src.
+inside=/src
+[ -z "$seeded" ] || inside=$top
 git clone -q "$top" "$work/src"
-say "clean clone of $(git -C "$work/src" rev-parse --short HEAD) in $work/src"
-if [ -n "$warm" ]; then
-  mkdir -p "$work/upper" "$work/ovl" "$work/src/target"
-  mount -t overlay overlay -o "lowerdir=$warm,upperdir=$work/upper,workdir=$work/ovl" "$work/src/target"
-  say "target/: copy-on-write over $warm"
-fi
+say "clean clone of $(git -C "$work/src" rev-parse --short HEAD) at $inside"
+# The machine's own cache root, empty.
+mkdir -p "$work/cache" "$work/cargo/bin" "$work/cargo/registry" "$work/apt-archives/partial"
 # A CARGO_HOME of the fresh machine's own: rustup's proxies only.
-mkdir -p "$work/cargo/bin" "$work/cargo/registry"
 for p in cargo rustc rustup rustdoc; do
   [ -e "$HOST_CARGO/bin/$p" ] && cp -L "$HOST_CARGO/bin/$p" "$work/cargo/bin/"
 done
-if [ -n "$warm" ] && [ -x "$HOST_CARGO/bin/coreos-installer" ]; then
-  cp "$HOST_CARGO/bin/coreos-installer" "$work/cargo/bin/"
-  say "coreos-installer: the one this host's install-deps built"
+mounts=(-v "$work/cargo/registry:/root/.cargo/registry" -v "$work/apt-archives:/var/cache/apt/archives")
+if [ -n "$seeded" ]; then
+  [ -d "$top/target/release/.fingerprint" ] || { say "--seeded needs this clone's target/release (compile first)"; exit 1; }
+  # The cache a machine has after an earlier build, made by the script
+  # the machine runs: its save, from this clone's compiled dependencies.
+  BOOTIMAGE_TARGET_CACHE=$work/cache/target bash "$top/scripts/target-cache.sh" save
+  if [ -x "$HOST_CARGO/bin/coreos-installer" ]; then
+    cp "$HOST_CARGO/bin/coreos-installer" "$work/cargo/bin/"
+    say "coreos-installer: the one this host's install-deps built"
+  fi
+  mkdir -p "$CACHE/apt-archives/partial"
+  mounts=(-v "$HOST_CARGO/registry:/root/.cargo/registry" -v "$CACHE/apt-archives:/var/cache/apt/archives")
 fi
 
-# Inside: make the lists stale, show it, then exactly the README's command.
+# Inside: make the lists stale, show it, then exactly the README's
+# commands, every line stamped with the seconds since the start.
 cat > "$work/run.sh" <<'EOF'
 set -euo pipefail
 shopt -s nullglob
@@ -104,21 +127,45 @@ lists=(/var/lib/apt/lists/*_Packages)
 sed -i -e 's/^Version: .*/&~stale1/' -e 's|^Filename: .*|&.gone|' "${lists[@]}"
 rm -f /var/lib/apt/lists/*Release /var/lib/apt/lists/*Release.gpg /var/lib/apt/lists/*InRelease
 echo "fresh-machine: stale lists: qemu-utils $(apt-cache policy qemu-utils | awk '/Candidate:/ {print $2}')"
-cd /src
-time make "$1"
+echo "fresh-machine: cache root $BOOTIMAGE_CACHE: $(find "$BOOTIMAGE_CACHE" -mindepth 1 -maxdepth 2 | wc -l) entries"
+cd "$1"
+shift
+for goal in "$@"; do
+  echo "fresh-machine: make $goal"
+  set +o pipefail
+  # shellcheck disable=SC2086  # "test TARGETS=x" is two words
+  make $goal 2>&1 | while IFS= read -r l; do printf '[%5d s] %s\n' "$SECONDS" "$l"; done
+  rc=${PIPESTATUS[0]}
+  set -o pipefail
+  echo "fresh-machine: make $goal exited $rc at $SECONDS s"
+  [ "$rc" = 0 ] || exit "$rc"
+done
 EOF
-# A copy-on-write target/ must not be hard-linked into the dependency cache
-# (each link would copy the file up): no cache then.
-cache_env=()
-[ -z "$warm" ] || cache_env=(-e BOOTIMAGE_TARGET_CACHE=)
-say "podman run $image: make $goal"
+say "podman run $image: make ${goals[*]}"
+set +e
 podman run --name "$name" --rm --privileged --runtime runc \
   --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --network host \
-  -v "$work/src:/src" -v "$work/run.sh:/run.sh:ro" \
-  -v "$RUSTUP_HOME:/root/.rustup:ro" -v "$work/cargo:/root/.cargo" \
-  -v "$HOST_CARGO/registry:/root/.cargo/registry" \
-  -v "$CACHE/apt-archives:/var/cache/apt/archives" \
+  -v "$work/src:$inside" -v "$work/run.sh:/run.sh:ro" \
+  -v "$RUSTUP_HOME:/root/.rustup:ro" -v "$work/cargo/bin:/root/.cargo/bin" \
+  -v "$work/cache:/var/cache/bootimage-gen" "${mounts[@]}" \
   -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro \
   -e PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root "${cache_env[@]}" \
-  "$image" bash /run.sh "$goal"
+  -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root \
+  -e BOOTIMAGE_CACHE=/var/cache/bootimage-gen \
+  "$image" bash /run.sh "$inside" "${goals[@]}" | tee "$work/log"
+rc=${PIPESTATUS[0]}
+set -e
+# The phases: each step make echoes, to the next one.
+echo
+echo "fresh-machine: phase times (s)"
+awk '
+  function flush(t) { if (name != "") printf "  %-64s %6d\n", name, t - from; name = "" }
+  /^fresh-machine: make .* exited / { flush($(NF - 1)); next }
+  /^fresh-machine: make / { goal = substr($0, 21); next }
+  /^\[ *[0-9]+ s\] / {
+    t = $0; sub(/^\[ */, "", t); t += 0; sub(/^\[ *[0-9]+ s\] /, "")
+    if ($0 ~ /^(bash |cargo |python3 |suite: start )/) { flush(t); name = "make " goal ": " substr($0, 1, 40); from = t }
+  }
+' "$work/log"
+say "the machine's make ${goals[*]}: exit $rc"
+exit "$rc"

@@ -7,6 +7,13 @@
 #   install-deps.sh --build    what compiling it needs, with Debian's Rust
 #                              when there is no cargo (the image's build stage)
 set -euo pipefail
+# A failing step names itself (scripts/step.sh; the image's build copies
+# this script alone, without it).
+if [ -f "$(dirname "$0")/step.sh" ]; then
+  # shellcheck source=scripts/step.sh
+  . "$(dirname "$0")/step.sh"
+  step_trap install-deps
+fi
 
 mode=${1:-all}
 case "$mode" in

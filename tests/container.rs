@@ -674,19 +674,19 @@ fn image_is_small_and_has_no_toolchain() {
 fn fresh_machine_make_demo_with_stale_lists() {
     // The README's promise on a fresh Debian 12 machine whose package lists
     // are stale: `make demo` installs what it needs and passes with no
-    // manual step. scripts/fresh-machine.sh runs it in a pristine rootfs
-    // (mmdebstrap minbase + make, git) on a clean clone of HEAD, with the
-    // machine's Rust toolchain and a copy-on-write view of this run's
-    // target/ (so nothing is compiled twice but the crate itself). It runs
-    // no VM, so it does not take SERIAL: the VM runs fill its download
-    // and install phases.
-    // A pass is kept, keyed by everything the fresh machine runs but the
-    // crate's sources (which every other target compiles and runs): the
-    // Makefile, the README's promise (its head: the two commands),
-    // scripts/ (install-deps, demo, fresh-machine), fixtures/, the
-    // manifests, the Containerfiles; not the documents and scripts `make
-    // demo` never reads (FRESH_SKIP). A change to any input runs it again;
-    // FRESH_MACHINE=1 runs it regardless.
+    // manual step. scripts/fresh-machine.sh --seeded runs it in a pristine
+    // rootfs (mmdebstrap minbase + make, git) on a clean clone of HEAD, with
+    // the machine's Rust toolchain and a cache root of its own, every cache
+    // step on as a user gets it: the root starts with the compiled
+    // dependencies that target-cache.sh itself saved from this run's
+    // target/ (a machine that has built before), restore finds them, the
+    // workspace's crates compile, save runs, the fixtures are built into the
+    // machine's own root (nothing of this host's), then the demo. The fully
+    // cold run is `make fresh-machine` (about 80 minutes: not in the suite).
+    // It runs no VM, so it does not take SERIAL.
+    // A pass is kept, keyed by every input the fresh machine reads
+    // (FRESH_INPUTS): a change to any of them, the crate's sources
+    // included, runs it again; FRESH_MACHINE=1 runs it regardless.
     let key = inputs_key(FRESH_INPUTS);
     let stamp = cache_root()
         .join("fresh-machine")
@@ -702,8 +702,7 @@ fn fresh_machine_make_demo_with_stale_lists() {
     let t = Instant::now();
     let o = Command::new("bash")
         .arg(top().join("scripts/fresh-machine.sh"))
-        .arg("--warm")
-        .arg(top().join("target"))
+        .arg("--seeded")
         .current_dir(top())
         .output()
         .expect("running scripts/fresh-machine.sh");
@@ -732,11 +731,27 @@ fn fresh_machine_make_demo_with_stale_lists() {
         .unwrap_or_else(|| panic!("no staleness line:\n{}", tail(&out)));
     assert!(stale.ends_with("~stale1"), "{stale}");
     assert!(out.contains("install-deps: installing "), "{}", tail(&out));
+    // Every cache step ran, as a user gets it: the restore found the entry
+    // of its key (the clone sits at this clone's path), the save kept the
+    // machine's build, and the fixtures were built in the machine's own
+    // root, cold.
+    for step in [
+        "target-cache: restored ",
+        "cargo build --release --workspace --bins",
+        "target-cache: ",
+        "fixtures: cold: nothing cached for these inputs",
+    ] {
+        assert!(out.contains(step), "no {step:?} in:\n{}", tail(&out));
+    }
+    assert!(
+        !out.contains("turned off (BOOTIMAGE_TARGET_CACHE is empty)"),
+        "a cache step was off"
+    );
     // The demo's last step, `sha256sum -c SHA256SUMS`: every file OK.
     let ok = out.lines().filter(|l| l.ends_with(": OK")).count();
     assert!(ok >= 10, "{ok} files checked:\n{}", tail(&out));
     assert!(!out.contains("FAILED"), "{}", tail(&out));
-    // Nothing left behind: no work dir, no container, no overlay.
+    // Nothing left behind: no work dir, no container.
     let left: Vec<_> = std::fs::read_dir("/var/tmp")
         .unwrap()
         .filter_map(|e| e.ok())
@@ -746,8 +761,13 @@ fn fresh_machine_make_demo_with_stale_lists() {
     assert!(left.is_empty(), "left behind in /var/tmp: {left:?}");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(!mounts.contains("bootimage-gen-fresh."), "{mounts}");
+    let phases: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("fresh-machine: phase times"))
+        .collect();
+    eprintln!("{}", phases.join("\n"));
     let msg = format!(
-        "fresh machine, stale lists: make demo passed in {:.0} s ({ok} files checked)",
+        "fresh machine, stale lists, seeded cache: make demo passed in {:.0} s ({ok} files checked)",
         t.elapsed().as_secs_f64()
     );
     eprintln!("{msg}");
@@ -755,21 +775,25 @@ fn fresh_machine_make_demo_with_stale_lists() {
     std::fs::write(&stamp, format!("{msg}\n")).unwrap();
 }
 
-/// What the fresh machine's `make demo` reads, for its key.
+/// What the fresh machine reads, for its key: the set-up (Makefile,
+/// scripts, the README's commands), the fixtures' sources and every
+/// source the compile reads.
 const FRESH_INPUTS: &[&str] = &[
     "Makefile",
     "README.md",
     "scripts",
     "fixtures",
     "Cargo.toml",
-    "crates/bootimage-core/Cargo.toml",
     "Cargo.lock",
     "build.rs",
+    "src",
+    "crates",
     "containerfiles",
     ".ci",
 ];
-/// Files under FRESH_INPUTS that `make demo` never reads: documents and
-/// the scripts of other targets (the suite, its test tools).
+/// Files under FRESH_INPUTS that the fresh machine never reads: a
+/// document and the scripts of other targets (the suite's runner, its
+/// test tools).
 const FRESH_SKIP: &[&str] = &[
     "fixtures/UPSTREAM.md",
     "scripts/suite.py",
@@ -876,4 +900,12 @@ fn the_fresh_machine_key_changes_with_any_input() {
         inputs_key_at(r, &paths),
         "a fixture script kept the key"
     );
+    // The crate's sources are inputs too: the fresh machine compiles them.
+    assert!(FRESH_INPUTS.contains(&"src") && FRESH_INPUTS.contains(&"crates"));
+    std::fs::create_dir_all(r.join("src")).unwrap();
+    std::fs::write(r.join("src/main.rs"), "fn main() {}").unwrap();
+    let paths = ["Makefile", "scripts", "fixtures", "README.md", "src"];
+    let k6 = inputs_key_at(r, &paths);
+    std::fs::write(r.join("src/main.rs"), "fn main() { () }").unwrap();
+    assert_ne!(k6, inputs_key_at(r, &paths), "a source change kept the key");
 }
