@@ -120,15 +120,15 @@ test-fast: deps
 	$(CARGO) test --release --workspace -- --test-threads=2
 	$(SAVE)
 
-# Coverage-guided fuzzing of every parser of untrusted bytes (README
-# "Fuzzing"; `make test` runs the short smoke run, tests/fuzz_smoke.rs).
+# Coverage-guided fuzzing of every parser of untrusted bytes
+# (docs/fuzzing.md; `make test` runs the short smoke run, tests/fuzz_smoke.rs).
 # FUZZ_SECONDS per target, FUZZ_JOBS targets side by side, at nice 19.
 FUZZ_SECONDS ?= 300
 FUZZ_JOBS ?= 1
 fuzz: deps
 	nice -n 19 bash fuzz/run.sh -j $(FUZZ_JOBS) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-# The chaos tier at full size (README "Recovery"; `make test` runs
+# The chaos tier at full size (docs/testing.md; `make test` runs
 # CHAOS_RUNS=4): 50 SIGKILLs at random moments each followed by a normal
 # run, 50 SIGINT/SIGTERMs, ENOSPC on a small ext4, gc. Prints its figures and
 # seed (CHAOS_SEED replays one). About 20 minutes on 2 cores.

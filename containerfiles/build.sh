@@ -31,7 +31,7 @@ IMAGE=${BOOTIMAGE_GEN_IMAGE:-localhost/bootimage-gen}
 # shellcheck source=scripts/cache-root.sh
 . scripts/cache-root.sh
 CACHE=$(bootimage_cache_root)/container
-# This host's quirks (see README, Troubleshooting): crun fails on hybrid
+# This host's quirks (see docs/troubleshooting.md): crun fails on hybrid
 # cgroups, podman's default rlimits exceed the sandbox's.
 PODMAN_BUILD_FLAGS=(--runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --network host)
 say() { echo "image: $*" >&2; }

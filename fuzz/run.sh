@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run the libFuzzer targets (README "Fuzzing"). Builds fuzz/target/release/fuzz
+# Run the libFuzzer targets (docs/fuzzing.md). Builds fuzz/target/release/fuzz
 # with stable rustc (rustc-sancov.sh adds the coverage pass), then runs each
 # target for SECONDS seconds on a scratch copy of its committed corpus under
 # the limits: -timeout=10 (a hang over 10 s per input is a crash),

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Seed fuzz/corpus/<target>/ from the fixture release (TEST-OS.md) and the
+# Seed fuzz/corpus/<target>/ from the fixture release (docs/test-os.md) and the
 # test OS sources: run once after the fixture changes (the corpus is
 # committed; `make fuzz` adds what libFuzzer finds to a scratch copy).
 # Usage: fuzz/seed.sh FIXTURE_DIR   (the directory fixtures/build.sh prints)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# check-imports.sh: the module-level import graph of src/ (ARCHITECTURE.md
-# "Target layout"): its cycles between top-level modules, its upward imports
+# check-imports.sh: the module-level import graph of src/ (docs/design.md
+# "Layout"): its cycles between top-level modules, its upward imports
 # (a lower module naming a higher one through `crate::` or `super::`); then
 # the file-level cycles (scripts/layout-report.py --cycles: a file
 # importing, through others, a file that imports it).

@@ -26,7 +26,8 @@
 #   empty, no download is shared with this host (apt's archives, crates),
 #   and it runs `make demo` in full, then `make test TARGETS=fixture_smoke`
 #   (the install, compile and fixture phases, and the smallest target),
-#   then `make demo` again: the second run restores what the first saved.
+#   then, in a new clone at the same path (`git clean -xdf`: the cache root
+#   kept), `make demo` again: the warm run restores what the first saved.
 #   About 80 minutes on 2 cores.
 # --seeded (the suite's tests/container.rs): a machine that has built
 #   before. Its cache root starts with compiled dependencies saved, by
@@ -37,7 +38,8 @@
 #   runs as on a new machine: the stale lists, the install, restore, the
 #   compile of the workspace's crates, save, the fixtures, the demo.
 # --keep        keep the work dir (its path is printed) for inspection.
-# --make GOAL   run `make GOAL` instead (repeatable: in order).
+# --make GOAL   run `make GOAL` instead (repeatable: in order); the goal
+#               fresh-clone makes the clone new (git clean -xdf) instead.
 #
 # Runs podman --privileged (make demo builds disks with loop devices). The
 # host's quirks (docs/troubleshooting.md): runc, lower rlimits.
@@ -58,7 +60,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#goals[@]} = 0 ]; then
-  if [ -n "$seeded" ]; then goals=(demo); else goals=(demo "test TARGETS=fixture_smoke" demo); fi
+  if [ -n "$seeded" ]; then goals=(demo); else goals=(demo "test TARGETS=fixture_smoke" fresh-clone demo); fi
 fi
 say() { echo "fresh-machine: $*" >&2; }
 for tool in podman mmdebstrap git; do
@@ -131,6 +133,14 @@ echo "fresh-machine: cache root $BOOTIMAGE_CACHE: $(find "$BOOTIMAGE_CACHE" -min
 cd "$1"
 shift
 for goal in "$@"; do
+  if [ "$goal" = fresh-clone ]; then
+    # A new clone at the same path on the same machine (CI's next
+    # checkout): nothing untracked left, the cache root kept.
+    git config --global --add safe.directory "$PWD"
+    git clean -xdfq
+    echo "fresh-machine: fresh-clone: $PWD as a new clone at $SECONDS s (the cache root kept)"
+    continue
+  fi
   echo "fresh-machine: make $goal"
   set +o pipefail
   # shellcheck disable=SC2086  # "test TARGETS=x" is two words
@@ -161,6 +171,7 @@ echo "fresh-machine: phase times (s)"
 awk '
   function flush(t) { if (name != "") printf "  %-64s %6d\n", name, t - from; name = "" }
   /^fresh-machine: make .* exited / { flush($(NF - 1)); next }
+  /^fresh-machine: fresh-clone/ { print "  -- a new clone at the same path --"; next }
   /^fresh-machine: make / { goal = substr($0, 21); next }
   /^\[ *[0-9]+ s\] / {
     t = $0; sub(/^\[ */, "", t); t += 0; sub(/^\[ *[0-9]+ s\] /, "")

@@ -50,7 +50,7 @@ import time
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Per target: scratch it may write at its peak (MiB; measured in the stop 26
-# run, README "Disk") and a default time (s) for ordering before anything
+# run, docs/testing.md "Disk") and a default time (s) for ordering before anything
 # is learned. Targets not named here get 512 MiB and 60 s.
 DISK_MIB = {
     "generate_platforms": 4800,

@@ -36,10 +36,16 @@ fn clone(dir: &Path, root: &Path) -> Clone {
     for (f, body) in [
         ("deps/libfoo-0123abcd.rlib", "foo's rlib"),
         ("deps/foo-0123abcd.d", "foo's deps"),
-        ("build/foo-0123abcd/output", "cargo:rerun-if-changed=build.rs"),
+        (
+            "build/foo-0123abcd/output",
+            "cargo:rerun-if-changed=build.rs",
+        ),
         (".fingerprint/foo-0123abcd/lib-foo", "fp"),
         ("deps/bootimage_gen-feed0001", "our own binary"),
-        (".fingerprint/bootimage-gen-feed0001/bin-bootimage-gen", "fp"),
+        (
+            ".fingerprint/bootimage-gen-feed0001/bin-bootimage-gen",
+            "fp",
+        ),
     ] {
         let p = rel.join(f);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -206,7 +212,7 @@ fn a_corrupt_entry_is_skipped_and_nothing_half_restored() {
     fs::write(e.join("release/deps/libfoo-0123abcd.rlib"), "foo").unwrap();
     c.forget_target();
     let err = c.ok("restore");
-    assert!(err.contains("differs from its MANIFEST"), "{err}");
+    assert!(err.contains("files differ from its MANIFEST"), "{err}");
     assert_eq!(lines_with(&err, "cold compile").len(), 1, "{err}");
     c.assert_nothing_restored();
     // The next save does not take the corrupt entry for a whole one: the
@@ -238,7 +244,10 @@ fn a_half_written_entry_is_skipped_then_replaced() {
     c.assert_nothing_restored();
     let c = clone(&d.path().join("clone"), &root);
     let saved = c.ok("save");
-    assert!(saved.contains("replacing the half-written entry"), "{saved}");
+    assert!(
+        saved.contains("replacing the half-written entry"),
+        "{saved}"
+    );
     assert!(!stale.exists(), "a killed save's leftovers stayed");
     let e = one_entry(&root);
     assert!(!e.join("ADDING").exists());
@@ -335,8 +344,16 @@ fn two_runs_at_once() {
         let hc = s.spawn(|| c.run("save"));
         (hb.join().unwrap(), hc.join().unwrap())
     });
-    assert!(rb.status.success(), "{}", String::from_utf8_lossy(&rb.stderr));
-    assert!(sc.status.success(), "{}", String::from_utf8_lossy(&sc.stderr));
+    assert!(
+        rb.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rb.stderr)
+    );
+    assert!(
+        sc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sc.stderr)
+    );
     b.assert_restored();
     assert_eq!(entries(&root).len(), 2);
     let left: Vec<_> = fs::read_dir(&root)
@@ -458,8 +475,14 @@ fn keyed_dir_empty_root_and_another_keys_entries() {
         .success());
     let (ok, _, err) = keyed(&root, "k2", &[]);
     assert!(ok, "{err}");
-    assert!(root.join("k1/done").is_file(), "a recent entry of another key went");
-    assert!(!root.join("old").exists(), "an entry unused for 10 days stayed");
+    assert!(
+        root.join("k1/done").is_file(),
+        "a recent entry of another key went"
+    );
+    assert!(
+        !root.join("old").exists(),
+        "an entry unused for 10 days stayed"
+    );
     assert!(err.contains("pruned"), "{err}");
 }
 
@@ -476,7 +499,11 @@ fn keyed_dir_half_written_entries_are_built_again() {
     let (ok, out, err) = keyed(&root, "k1", &[]);
     assert!(ok, "{err}");
     assert!(err.contains("has no done"), "{err}");
-    assert!(builds(&root).is_empty(), "leftovers stayed: {:?}", builds(&root));
+    assert!(
+        builds(&root).is_empty(),
+        "leftovers stayed: {:?}",
+        builds(&root)
+    );
     let payload = fs::read_to_string(Path::new(&out).join("payload")).unwrap();
     assert!(payload.starts_with("built by "), "{payload}");
 }
@@ -497,9 +524,6 @@ fn keyed_dir_two_runs_at_once_build_once() {
     assert_eq!(rs[0].1, rs[1].1, "two runs gave two directories");
     let colds: usize = rs.iter().map(|r| lines_with(&r.2, "cold").len()).sum();
     assert_eq!(colds, 1, "built {colds} times: {rs:?}");
-    assert!(
-        rs.iter().any(|r| r.2.contains("built meanwhile")),
-        "{rs:?}"
-    );
+    assert!(rs.iter().any(|r| r.2.contains("built meanwhile")), "{rs:?}");
     assert!(builds(&root).is_empty());
 }

@@ -1,4 +1,4 @@
-//! Inputs exactly as upstream ships them (issue 14, SPEC 1.3/1.4): release
+//! Inputs exactly as upstream ships them (issue 14, docs/contract.md §1.3/§1.4): release
 //! images whose config has only the OCI-required fields, Docker schema 2,
 //! zstd layers, `-multi` manifest lists, derived OS images, and credential
 //! files the user cannot read. Each is generated from or resolved, and the

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 const MIB: u64 = 1 << 20;
 
-/// The SPEC 2 table: (name, type GUID, start MiB, fs type, fs label, fs UUID).
+/// The docs/contract.md §2 table: (name, type GUID, start MiB, fs type, fs label, fs UUID).
 const SPEC_PARTS: [(&str, &str, u64, &str, &str, &str); 4] = [
     (
         "BIOS-BOOT",
@@ -417,7 +417,7 @@ fn deployment_kargs_and_boot_files() {
             );
             assert_eq!(got, v, "{k}");
         }
-        // Kernel arguments: SPEC 2 base + extra-kargs + the platform's own.
+        // Kernel arguments: docs/contract.md §2 base + extra-kargs + the platform's own.
         let opts = bls_options(&boot.0);
         let words: Vec<&str> = opts.split_whitespace().collect();
         assert!(

@@ -1,7 +1,7 @@
 //! `generate ... aws --aws-register` against an AWS API we did not write:
 //! moto in server mode on 127.0.0.1 (installed by scripts/install-deps.sh),
 //! read back with boto3. The snapshot equals the aws disk block for block,
-//! zero blocks are not sent, RegisterImage carries the SPEC 6.3 parameters,
+//! zero blocks are not sent, RegisterImage carries the docs/contract.md §6.3 parameters,
 //! the AMI is tagged and reused by a second run, leftovers of a failed run
 //! are deleted or reused, and every failure leaves nothing registered.
 mod common;
@@ -459,7 +459,7 @@ fn register_uploads_the_disk_block_for_block_and_reuses_the_ami() {
         "{log3}"
     );
     assert!(uploaded(&log3, REGION).is_none(), "{log3}");
-    // RegisterImage on the wire carried the SPEC 6.3 parameters (moto
+    // RegisterImage on the wire carried the docs/contract.md §6.3 parameters (moto
     // accepts them but keeps only the name, so the request is checked).
     let regs: Vec<Vec<(String, String)>> = moto
         .recording()

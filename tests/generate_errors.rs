@@ -787,7 +787,7 @@ fn dry_run_writes_nothing() {
     }
 }
 
-/// SPEC 1.3: platforms.json only supplies console settings. A platform it
+/// docs/contract.md §1.3: platforms.json only supplies console settings. A platform it
 /// does not list (metal never is, upstream) is built with
 /// `ignition.platform.id` alone; the plan says where each console came from.
 #[test]

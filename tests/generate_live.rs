@@ -1,4 +1,4 @@
-//! `generate ... live` (SPEC 5): the live ISO and PXE files of the test OS,
+//! `generate ... live` (docs/contract.md §5): the live ISO and PXE files of the test OS,
 //! checked with tools we did not write (isoinfo, xorriso, sgdisk, fdisk,
 //! unsquashfs, cpio, gzip, the real coreos-installer) and booted under TCG:
 //! the ISO as a CD-ROM and as a USB disk under SeaBIOS and OVMF, PXE by
@@ -51,7 +51,7 @@ fn version() -> String {
     fx()["rhel_coreos"]["version"].as_str().unwrap().to_string()
 }
 
-/// The volume id SPEC 5 asks for, computed here from the fixture's facts.
+/// The volume id docs/contract.md §5 asks for, computed here from the fixture's facts.
 fn want_volid() -> String {
     format!("{}-{}", osname(), version())
         .chars()
@@ -59,7 +59,7 @@ fn want_volid() -> String {
         .collect()
 }
 
-/// The live kernel arguments SPEC 5 asks for, from the OS's own image.json
+/// The live kernel arguments docs/contract.md §5 asks for, from the OS's own image.json
 /// and platforms.json (metal's kargs minus the disk-only ones, plus the
 /// live ones).
 fn want_kargs() -> String {
@@ -276,7 +276,7 @@ fn rootfs_is_a_cpio_with_the_deployed_tree_in_a_zstd_squashfs() {
     assert_eq!(&data[..6], b"070701", "newc cpio");
     assert_eq!(&data[110..124], b"root.squashfs\0", "first entry");
     assert_eq!(&data[124..128], b"hsqs", "squashfs magic at byte 124");
-    // GNU cpio lists root.squashfs, then the version stamp (SPEC 5.1; this
+    // GNU cpio lists root.squashfs, then the version stamp (docs/contract.md §5.1; this
     // run builds no metal image, so there is no osmet file: see
     // tests/live_offline.rs).
     let names = must(
@@ -378,14 +378,14 @@ fn iso_layout_seen_by_isoinfo_xorriso_sgdisk_fdisk() {
     let mbr = must(Command::new("fdisk").arg("-l").arg(&iso));
     assert!(mbr.contains("Disklabel type: dos"), "{mbr}");
     assert!(mbr.contains("EFI (FAT-12/16/32)"), "{mbr}");
-    // The files SPEC 5 describes.
+    // The files docs/contract.md §5 describes.
     assert_eq!(iso_extract(&iso, "/images/ignition.img"), vec![0u8; 262144]);
     let ign: Value = serde_json::from_slice(&iso_extract(&iso, "/coreos/igninfo.json")).unwrap();
     assert_eq!(ign, serde_json::json!({"file": "images/ignition.img"}));
     let feat: Value = serde_json::from_slice(&iso_extract(&iso, "/coreos/features.json")).unwrap();
     assert_eq!(feat["installer-config"], true);
     assert_eq!(feat["live-initrd-network"], true);
-    // SPEC 5.1: a directive per key of the OS's example config (checked
+    // docs/contract.md §5.1: a directive per key of the OS's example config (checked
     // key by key in tests/live_offline.rs).
     assert!(
         feat["installer-config-directives"]["dest-device"] == true,
@@ -905,7 +905,7 @@ fn sigint_while_squashing_leaves_nothing() {
     interrupt_live_at("squashfs", libc::SIGINT, 130, |_, cache| {
         let mounts = must(Command::new("findmnt").args(["-rn", "-o", "TARGET"]));
         let c = cache.to_string_lossy().to_string();
-        // The live root tree (SPEC 5.1): the base root, its bind mount,
+        // The live root tree (docs/contract.md §5.1): the base root, its bind mount,
         // the repo config without readonly=true over it, and a copy of the
         // boot filesystem on its /boot (the base's boot is unmounted).
         assert_eq!(

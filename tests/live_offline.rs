@@ -1,4 +1,4 @@
-//! The live artifacts for disconnected installs (SPEC 5.1, issue 20): the
+//! The live artifacts for disconnected installs (docs/contract.md §5.1, issue 20): the
 //! osmet files in rootfs.img, the rootfs stream hash in the live initramfs,
 //! `etc/coreos-live-rootfs`, features.json's installer-config-directives,
 //! the live root tree as osbuild builds it, and the minimal ISO in

@@ -43,7 +43,7 @@ fn file_name(platform: &str, ext: &str) -> String {
     format!("{NAME}-{VERSION}-{platform}.{ARCH}.{ext}")
 }
 
-/// A Meta with every image key of SPEC 6.1, the ostree and oci-manifest
+/// A Meta with every image key of docs/contract.md §6.1, the ostree and oci-manifest
 /// entries cosa's schema expects, AMIs and all the optional facts we fill.
 fn full_meta() -> Meta {
     let mut m = Meta::new(
@@ -170,7 +170,7 @@ fn full_meta_validates_against_cosa_schema() {
         errs.join("\n"),
         serde_json::to_string_pretty(&json).unwrap()
     );
-    // every SPEC 6.1 key made it into the document
+    // every docs/contract.md §6.1 key made it into the document
     let images = json["images"].as_object().unwrap();
     for key in &platforms::meta_keys() {
         assert!(images.contains_key(*key), "images.{key} missing");

@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// FAT volume id of the ESP (SPEC 2; cosa `coreos.osbuild.x86_64.mpp.yaml`).
+/// FAT volume id of the ESP (docs/contract.md §2; cosa `coreos.osbuild.x86_64.mpp.yaml`).
 pub const ESP_VOLUME_ID: u32 = 0x7B77_95E7;
-/// Where the OS ships its EFI binaries and its BIOS GRUB modules (SPEC 2).
+/// Where the OS ships its EFI binaries and its BIOS GRUB modules (docs/contract.md §2).
 pub const OS_EFI_DIR: &str = "usr/lib/bootupd/updates/EFI";
 pub const OS_GRUB_BIOS_DIR: &str = "usr/lib/grub/i386-pc";
-/// Every disk has the same fixed root UUID (SPEC 2) and XFS refuses to
+/// Every disk has the same fixed root UUID (docs/contract.md §2) and XFS refuses to
 /// mount a second filesystem with a UUID already mounted: `nouuid` lets
 /// several builds (or a build next to a test) run at once.
 pub(super) const ROOT_MOUNT_OPTIONS: &str = "rw,nouuid";
@@ -93,7 +93,7 @@ pub struct LiveJob {
 /// The live files made while the deployment is mounted (in the work dir).
 /// `initramfs` and `rootfs` are where the host writes them: the rootfs
 /// holds the osmet files of the metal images (made after this job) and the
-/// initramfs the rootfs's stream hash (SPEC 5.1).
+/// initramfs the rootfs's stream hash (docs/contract.md §5.1).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LiveStage {
     pub dir: PathBuf,
@@ -135,7 +135,7 @@ pub struct PlanDisk {
     pub kargs: Vec<String>,
 }
 
-/// The live ISO and PXE artifacts (SPEC 5).
+/// The live ISO and PXE artifacts (docs/contract.md §5).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlanLive {
     pub volume_id: String,

@@ -1,4 +1,4 @@
-//! The live root tree (SPEC 5.1) staged from the base disk without
+//! The live root tree (docs/contract.md §5.1) staged from the base disk without
 //! touching it, and the guards that unmount it.
 use crate::disk::{
     derive,
@@ -72,7 +72,7 @@ impl Drop for LiveTreeGuards {
     }
 }
 
-/// The live root tree as osbuild's `mkrootfs_metal` builds it (SPEC 5.1),
+/// The live root tree as osbuild's `mkrootfs_metal` builds it (docs/contract.md §5.1),
 /// in `stage`, without touching the base disk: the root filesystem
 /// (bind-mounted), `ostree/repo/config` without `readonly=true` (a copy
 /// bind-mounted over it), a copy of the boot partition on `/boot` with the

@@ -113,7 +113,7 @@ pub struct GenerateArgs {
     pub vsphere: VsphereTarget,
 }
 
-/// Registering the aws disk as an AMI (SPEC 6.3), for regions the
+/// Registering the aws disk as an AMI (docs/contract.md §6.3), for regions the
 /// release's pinned AMIs do not cover.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "AWS")]

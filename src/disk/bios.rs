@@ -1,4 +1,4 @@
-//! BIOS boot (SPEC 2): install the OS's GRUB i386-pc on a GPT disk image
+//! BIOS boot (docs/contract.md §2): install the OS's GRUB i386-pc on a GPT disk image
 //! without grub-install / grub-bios-setup and without a block device.
 //!
 //! What grub-bios-setup does for a GPT disk with a BIOS boot partition, and

@@ -1,4 +1,4 @@
-//! The ESP's policy over the OS's `EFI/` tree (SPEC 2): which directory is
+//! The ESP's policy over the OS's `EFI/` tree (docs/contract.md §2): which directory is
 //! the vendor's. The FAT filesystem itself is written by [`crate::fs::fat`].
 use anyhow::{bail, Context, Result};
 use std::path::Path;

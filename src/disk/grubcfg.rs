@@ -1,4 +1,4 @@
-//! GRUB configuration texts (SPEC 2): the config on the boot filesystem
+//! GRUB configuration texts (docs/contract.md §2): the config on the boot filesystem
 //! (`/grub2/grub.cfg`), the platform console snippet (`/grub2/console.cfg`),
 //! the stub config next to the vendor GRUB on the ESP, and the Boot Loader
 //! Specification (BLS, Type #1) entries ostree writes under
@@ -15,7 +15,7 @@ use anyhow::{bail, Result};
 pub const BOOT_LABEL: &str = "boot";
 /// Directory of the GRUB config on the boot filesystem.
 pub const GRUB_DIR: &str = "grub2";
-/// First and last line of `console.cfg` (cosa / SPEC 2); the first is also
+/// First and last line of `console.cfg` (cosa / docs/contract.md §2); the first is also
 /// the line a cosa-era `grub-script` marks its console place with, so it
 /// lives with image.json's reader.
 pub use crate::oscontainer::config::{is_console_start, CONSOLE_START};
@@ -265,7 +265,7 @@ pub fn from_script(script: &str, grub_commands: &[String]) -> String {
 }
 
 /// `/grub2/console.cfg`: the platform's GRUB console commands between the
-/// markers (SPEC 2); no commands gives just the two marker lines.
+/// markers (docs/contract.md §2); no commands gives just the two marker lines.
 pub fn console_cfg(grub_commands: &[String]) -> String {
     let mut s = String::from(CONSOLE_START);
     s.push('\n');

@@ -1,4 +1,4 @@
-//! The CoreOS disk layout (SPEC 2, 3.2; cosa `src/osbuild-manifests/
+//! The CoreOS disk layout (docs/contract.md §2, §3.2; cosa `src/osbuild-manifests/
 //! coreos.osbuild.<arch>.mpp.yaml`), as one table per architecture:
 //! partitions, type GUIDs, labels, filesystems, UUIDs and mkfs options.
 //! Offsets are in bytes and the same for 512- and 4096-byte sectors. The
@@ -8,7 +8,7 @@ use serde::Serialize;
 
 pub const MIB: u64 = 1 << 20;
 
-/// Fixed disk GUID; the first boot randomises it (SPEC 2).
+/// Fixed disk GUID; the first boot randomises it (docs/contract.md §2).
 pub const DISK_GUID: &str = "00000000-0000-4000-a000-000000000001";
 
 /// Filesystem of a partition.

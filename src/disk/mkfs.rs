@@ -1,4 +1,4 @@
-//! mkfs command lines for the boot and root filesystems (SPEC 2), with the
+//! mkfs command lines for the boot and root filesystems (docs/contract.md §2), with the
 //! features a given OS kernel can mount. The host's mkfs may enable newer
 //! features by default than the OS's kernel supports (e2fsprogs 1.47
 //! `orphan_file` needs Linux 5.15; xfsprogs 5.15+ `bigtime`/`inobtcount`

@@ -1,4 +1,4 @@
-//! Open Firmware boot on ppc64le (SPEC 3.2): GRUB's powerpc-ieee1275 core
+//! Open Firmware boot on ppc64le (docs/contract.md §3.2): GRUB's powerpc-ieee1275 core
 //! image, built from the OS's own modules, written raw into the PReP boot
 //! partition, as bootupd's BIOS component does it on ppc64le
 //! (`grub2-install --target=powerpc-ieee1275 --no-nvram <PReP partition>`,

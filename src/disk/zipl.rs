@@ -1,4 +1,4 @@
-//! s390x IPL (SPEC 3.2): zipl, the OS's own s390x binary, writes its
+//! s390x IPL (docs/contract.md §3.2): zipl, the OS's own s390x binary, writes its
 //! bootmap into the boot filesystem and its SCSI boot record into the
 //! disk's first sector, as osbuild's `org.osbuild.zipl.inst` runs it:
 //!

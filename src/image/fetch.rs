@@ -281,7 +281,7 @@ impl Fetcher {
     }
 }
 
-/// How a blob fetch meets registry faults (README "Registry faults").
+/// How a blob fetch meets registry faults (docs/design.md "Registry faults").
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
     /// Total time within which a failed attempt is retried.

@@ -1,6 +1,6 @@
 //! The bootimage configuration that travels with the OS: `image.json`,
 //! `platforms.json` (coreos-assembler / fedora-coreos-config), or the legacy
-//! `/bootimage.json`. Missing keys take the RHCOS defaults (SPEC 1.2), and
+//! `/bootimage.json`. Missing keys take the RHCOS defaults (docs/contract.md §1.2), and
 //! each value remembers whether it came from the OS or is a default.
 //!
 //! `platforms.json` is read in `platforms` (re-exported here).
@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-/// The first line of `console.cfg` (cosa / SPEC 2), and the line a cosa-era
+/// The first line of `console.cfg` (cosa / docs/contract.md §2), and the line a cosa-era
 /// `grub-script` marks the place of the platform's console commands with.
 pub const CONSOLE_START: &str = "# CONSOLE-SETTINGS-START";
 
@@ -104,7 +104,7 @@ pub const COSA_KEYS: [&str; 9] = [
 /// The live rootfs filesystems upstream builds (osbuild live-artifacts.mono).
 pub const LIVE_ROOTFS_FSTYPES: [&str; 2] = ["squashfs", "erofs"];
 
-/// RHCOS defaults (SPEC 1.2).
+/// RHCOS defaults (docs/contract.md §1.2).
 fn defaults() -> Map<String, Value> {
     let v = json!({
         "size": 16,

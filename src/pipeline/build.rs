@@ -63,7 +63,7 @@ impl Builder<'_> {
         })?;
         let entry = match produced {
             Produced::Stream(w) => written_entry(&art.file, &w, art.compressed),
-            // Never recompressed (SPEC 3): the file as encoded.
+            // Never recompressed (docs/contract.md §3): the file as encoded.
             Produced::Encoded => file_entry(
                 &art.file,
                 tmp.path(),

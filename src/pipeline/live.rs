@@ -1,4 +1,4 @@
-//! The live product (SPEC 5): the osmet file of each metal image, rootfs.img
+//! The live product (docs/contract.md §5): the osmet file of each metal image, rootfs.img
 //! and the live initramfs, the live ISO with its minimal ISO packed in, and
 //! the PXE files, from the live files the disk job staged off the mounted
 //! deployment. Its own stage: the per-artifact builder (`build.rs`) hands
@@ -16,7 +16,7 @@ use anyhow::{ensure, Context, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// An osmet file packed for a metal image (SPEC 5.1).
+/// An osmet file packed for a metal image (docs/contract.md §5.1).
 pub(super) struct Osmet {
     /// Its name in rootfs.img and where it is.
     name: String,
@@ -138,7 +138,7 @@ impl Builder<'_> {
         Ok(out)
     }
 
-    /// The osmet file of each planned metal image (SPEC 5.1), packed right
+    /// The osmet file of each planned metal image (docs/contract.md §5.1), packed right
     /// after the disk job, before anything is published: a map that does
     /// not fit the image fails the run with nothing written.
     pub(super) fn pack_osmets(&self, base: &Base) -> Result<Vec<Osmet>> {
@@ -245,7 +245,7 @@ impl Builder<'_> {
 
     /// rootfs.img (the root image, the version stamp and the osmet files)
     /// and the live initramfs (the OS's, then the live files with the
-    /// rootfs's stream hash), SPEC 5.1. Each osmet file must describe the
+    /// rootfs's stream hash), docs/contract.md §5.1. Each osmet file must describe the
     /// metal image published in this run.
     pub(super) fn live_rootfs_and_initramfs(
         &self,

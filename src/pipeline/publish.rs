@@ -80,7 +80,7 @@ pub(super) fn publish_metadata(
     aws: Option<&aws::Session>,
     mut m: Meta,
 ) -> Result<()> {
-    // AMIs registered by --aws-register (SPEC 6.3), with their snapshots.
+    // AMIs registered by --aws-register (docs/contract.md §6.3), with their snapshots.
     for r in aws.map(|s| s.results()).unwrap_or_default() {
         m.amis.retain(|x| x.name != r.region);
         m.amis.push(meta::Ami {
@@ -95,7 +95,7 @@ pub(super) fn publish_metadata(
         .iter()
         .any(|x| x.spec.uploads_to(Upload::Aws))
     {
-        // The release's own AMIs (SPEC 6.3); their `release` (in stream.json)
+        // The release's own AMIs (docs/contract.md §6.3); their `release` (in stream.json)
         // may be older than the OS built here.
         for p in pinned {
             if !m.amis.iter().any(|x| x.name == p.region) {

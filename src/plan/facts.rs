@@ -146,7 +146,7 @@ fn check_bootloader(repo: &Repo, commit: &str, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-/// The OS and the host must have what the live ISO needs (SPEC 5): a
+/// The OS and the host must have what the live ISO needs (docs/contract.md §5): a
 /// usable initramfs, the EFI GRUB vendor directory (for the ISO's
 /// `EFI/<vendor>/grub.cfg` and efiboot.img), a squashfs live root, and
 /// ISOLINUX on the host. Checked before anything is built.

@@ -28,7 +28,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// Root filesystem headroom over the content (SPEC 2: + 35 %).
+/// Root filesystem headroom over the content (docs/contract.md §2: + 35 %).
 pub const ROOT_HEADROOM_PERCENT: u64 = 35;
 /// Smallest root partition: mkfs.xfs refuses filesystems under 300 MB.
 pub const MIN_ROOT: u64 = 512 * MIB;
@@ -352,7 +352,7 @@ pub fn live_names(name: &str, version: &str, arch: &str) -> [String; 4] {
     ]
 }
 
-/// Kernel arguments common to every platform (SPEC 2). GRUB expands
+/// Kernel arguments common to every platform (docs/contract.md §2). GRUB expands
 /// `$ignition_firstboot`; zipl has no variables, so s390x disks get
 /// `ignition.firstboot` from zipl's parameters instead (cosa
 /// `build.common.ipp.yaml` leaves the variable out on s390x).
@@ -376,9 +376,9 @@ pub fn disk_sizes(arch: &str, content: u64, image_size_gib: u64) -> Result<(u64,
     Ok((root, metal, cloud))
 }
 
-/// Console settings of a platform (SPEC 1.3): its entry in the OS's
+/// Console settings of a platform (docs/contract.md §1.3): its entry in the OS's
 /// platforms.json; none when the file does not list it (upstream never lists
-/// metal: such a platform gets `ignition.platform.id` only); SPEC 3's table
+/// metal: such a platform gets `ignition.platform.id` only); docs/contract.md §3's table
 /// only when the OS ships no platforms.json at all.
 pub fn console(
     spec: &PlatformSpec,

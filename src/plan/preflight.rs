@@ -6,7 +6,7 @@ use crate::util::progress::Reporter;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
-/// The platform named `all` (SPEC 1.3): what the release's pinned stream
+/// The platform named `all` (docs/contract.md §1.3): what the release's pinned stream
 /// lists for the arch, else every platform this tool builds.
 pub const ALL: &str = "all";
 

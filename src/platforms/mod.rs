@@ -1,4 +1,4 @@
-//! The platform table (SPEC 3, 3.1): one typed row per platform, for every
+//! The platform table (docs/contract.md §3, §3.1): one typed row per platform, for every
 //! architecture upstream builds it for. Everything that differs between
 //! platforms is data here: the artifact suffix, the [`Format`] (which picks
 //! the encoder), the disk size rule, the sector size, whether the release
@@ -16,7 +16,7 @@ pub use crate::formats::{Format, OvfTemplate};
 use crate::io::compress::Compressor;
 use serde::Serialize;
 
-/// The platform `--aws-register` uploads (SPEC 6.3).
+/// The platform `--aws-register` uploads (docs/contract.md §6.3).
 pub const AWS: &str = "aws";
 
 /// GiB, the unit of `image.json size` and of fixed disk sizes.
@@ -26,7 +26,7 @@ pub const GIB: u64 = 1 << 30;
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case", tag = "rule", content = "gib")]
 pub enum SizeRule {
-    /// Content estimate + 35 % + the fixed partitions (SPEC 2).
+    /// Content estimate + 35 % + the fixed partitions (docs/contract.md §2).
     Metal,
     /// `image.json size` GiB (osbuild: `cloud_image_size_mb`), never less
     /// than the metal size.
@@ -72,7 +72,7 @@ pub struct PlatformSpec {
     pub rhcos_arches: &'static [&'static str],
     /// Built by this version of the tool.
     pub built: bool,
-    /// Console settings when the OS ships no `platforms.json` (SPEC 3):
+    /// Console settings when the OS ships no `platforms.json` (docs/contract.md §3):
     /// GRUB serial lines, and kernel arguments.
     pub default_serial: bool,
     pub default_kargs: &'static [&'static str],
@@ -86,7 +86,7 @@ pub struct PlatformSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Upload {
-    /// An EBS snapshot registered as an AMI (SPEC 6.3, `--aws-register`).
+    /// An EBS snapshot registered as an AMI (docs/contract.md §6.3, `--aws-register`).
     Aws,
     /// A vSphere template imported from the OVA (`--vsphere-template`).
     Vsphere,
@@ -99,7 +99,7 @@ impl PlatformSpec {
     }
 }
 
-/// The GRUB lines of a serial console (SPEC 3, "S").
+/// The GRUB lines of a serial console (docs/contract.md §3, "S").
 pub const GRUB_SERIAL: [&str; 3] = [
     "serial --speed=115200",
     "terminal_input serial console",
@@ -236,7 +236,7 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         true,
         TTY0_FIRST,
     ),
-    // The rest of what RHCOS ships (SPEC 3.1).
+    // The rest of what RHCOS ships (docs/contract.md §3.1).
     disk(
         "azurestack",
         "vhd",
@@ -393,12 +393,12 @@ impl PlatformSpec {
     }
 
     /// A metal disk: what `coreos-installer install` writes (the live
-    /// rootfs carries an osmet file for each, SPEC 5).
+    /// rootfs carries an osmet file for each, docs/contract.md §5).
     pub fn is_metal_disk(&self) -> bool {
         self.size == SizeRule::Metal && self.format == Format::Raw
     }
 
-    /// Whether the disk boots with BIOS too: x86_64 only (SPEC 3.2; the
+    /// Whether the disk boots with BIOS too: x86_64 only (docs/contract.md §3.2; the
     /// other arches boot EFI, PReP or zipl), 512-byte sectors, and not live
     /// (the live ISO boots BIOS with ISOLINUX, not the OS's GRUB).
     pub fn bios(&self, arch: &str) -> bool {
@@ -434,7 +434,7 @@ impl PlatformSpec {
         format!("{}{}", self.stream_prefix, self.suffix(c))
     }
 
-    /// Artifact file name (SPEC 3): `<name>-<version>-<platform>.<arch>.<suffix>`.
+    /// Artifact file name (docs/contract.md §3): `<name>-<version>-<platform>.<arch>.<suffix>`.
     pub fn file_name(&self, name: &str, version: &str, arch: &str, c: Compressor) -> String {
         format!("{name}-{version}-{}.{arch}.{}", self.name, self.suffix(c))
     }
@@ -455,7 +455,7 @@ pub fn names() -> Vec<&'static str> {
     PLATFORMS.iter().map(|p| p.name).collect()
 }
 
-/// How machines of an arch start the OS (SPEC 3.2; cosa's
+/// How machines of an arch start the OS (docs/contract.md §3.2; cosa's
 /// `build.raw-image.ipp.yaml`: bootupd installs EFI on x86_64, aarch64 and
 /// riscv64, "BIOS" on x86_64 and on ppc64le into the PReP partition, and
 /// s390x runs zipl instead of bootupd).
@@ -487,7 +487,7 @@ pub fn arch_boot(arch: &str) -> ArchBoot {
     }
 }
 
-/// Whether machines of `arch` boot with a PC BIOS (x86_64 only; SPEC 3.2).
+/// Whether machines of `arch` boot with a PC BIOS (x86_64 only; docs/contract.md §3.2).
 pub fn arch_has_bios(arch: &str) -> bool {
     arch_boot(arch).bios
 }

@@ -1,7 +1,7 @@
 //! Boot harness for the tier-3 tests: boot media under qemu-system-x86_64
 //! (SeaBIOS or OVMF) and read the test OS marker from the serial console.
 //!
-//! The test OS (shared/TEST-OS.md) prints on the serial console
+//! The test OS (docs/test-os.md) prints on the serial console
 //!
 //! ```text
 //! BOOTIMAGE-TEST-OS ok version=<v> platform=<p> firstboot=<0|1> mode=<disk|live-iso|live-pxe> ignition=<sha256|none>

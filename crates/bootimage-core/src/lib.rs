@@ -9,7 +9,7 @@
 //! - `util`: cancellation, the external-command wrapper, SHA-256, XML.
 //!
 //! It is its own crate so that the layering is the compiler's: nothing
-//! here can name the tool's modules (README "Design").
+//! here can name the tool's modules (docs/design.md "Layout").
 pub mod formats;
 pub mod fs;
 pub mod io;

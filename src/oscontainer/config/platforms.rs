@@ -36,7 +36,7 @@ pub enum PlatformsShape {
     ByArch(BTreeMap<String, ConsoleTable>),
 }
 
-/// `platforms.json`: console settings per platform (SPEC 1.3). Never the
+/// `platforms.json`: console settings per platform (docs/contract.md §1.3). Never the
 /// list of platforms an OS supports: an unlisted platform has no console
 /// settings, nothing more.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,4 +1,4 @@
-//! EC2 (SPEC 6.3): a small client of our own for the EC2 Query API
+//! EC2 (docs/contract.md §6.3): a small client of our own for the EC2 Query API
 //! (version 2016-11-15), exactly the six calls `--aws-register` makes:
 //! DescribeImages, DescribeSnapshots, RegisterImage, CreateTags,
 //! DeregisterImage and DeleteSnapshot (fixtures/UPSTREAM.md §18 gives the

@@ -1,4 +1,4 @@
-//! AWS (SPEC 6.3): register the aws platform's disk as an AMI in regions
+//! AWS (docs/contract.md §6.3): register the aws platform's disk as an AMI in regions
 //! the release's pinned AMIs do not cover (private, sovereign, secret and
 //! disconnected regions). The disk goes up as an EBS snapshot through the
 //! EBS direct API ([`snapshot`]), then RegisterImage ([`register`]).

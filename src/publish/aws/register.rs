@@ -1,4 +1,4 @@
-//! EC2 side of SPEC 6.3: find an AMI or leftover snapshots by name, and
+//! EC2 side of docs/contract.md §6.3: find an AMI or leftover snapshots by name, and
 //! RegisterImage from a completed snapshot (hvm, root `/dev/xvda`, ENA,
 //! volume type, boot mode and IMDSv2 from image.json), then tag the AMI.
 use super::ec2::{self, Params};
@@ -88,7 +88,7 @@ pub async fn completed_snapshot(ec2: &ec2::Client, name: &str) -> Result<Option<
         .map(|s| s.id))
 }
 
-/// The RegisterImage request (SPEC 6.3), not yet sent.
+/// The RegisterImage request (docs/contract.md §6.3), not yet sent.
 pub fn request(spec: &AmiSpec, snapshot: &str) -> Params {
     let mut p = Params::new("RegisterImage");
     p.set("Name", spec.name.as_str())
@@ -142,7 +142,7 @@ pub async fn register(ec2: &ec2::Client, spec: &AmiSpec, snapshot: &str) -> Resu
 mod tests {
     use super::*;
 
-    /// The request carries every SPEC 6.3 parameter (moto ignores most of
+    /// The request carries every docs/contract.md §6.3 parameter (moto ignores most of
     /// them, so this is checked here and on the wire in the moto test).
     #[test]
     fn register_request_has_spec_parameters() {

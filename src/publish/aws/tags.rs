@@ -19,7 +19,7 @@ pub const TAG_SNAPSHOT: &str = "bootimage-gen:snapshot";
 /// reports it `completed`: only such a snapshot is ever reused.
 pub const TAG_UPLOAD: &str = "bootimage-gen:upload";
 pub const UPLOAD_COMPLETE: &str = "complete";
-/// Root device of CoreOS AMIs (SPEC 6.3; cosa/ore `RegisterImage`).
+/// Root device of CoreOS AMIs (docs/contract.md §6.3; cosa/ore `RegisterImage`).
 pub const ROOT_DEVICE: &str = "/dev/xvda";
 
 pub type Tags = Vec<(String, String)>;

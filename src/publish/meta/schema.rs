@@ -28,13 +28,13 @@ pub const IMAGE_KEY_OCI_MANIFEST: &str = "oci-manifest";
 /// when the host's was used.
 pub const DETAILS_KEY_DEPLOY: &str = "ostree-deploy";
 
-/// `images` keys of the live artifacts (SPEC 5, 6.1).
+/// `images` keys of the live artifacts (docs/contract.md §5, §6.1).
 pub const IMAGE_KEY_LIVE_ISO: &str = "live-iso";
 pub const IMAGE_KEY_LIVE_KERNEL: &str = "live-kernel";
 pub const IMAGE_KEY_LIVE_INITRAMFS: &str = "live-initramfs";
 pub const IMAGE_KEY_LIVE_ROOTFS: &str = "live-rootfs";
 
-// The `images` keys this tool writes (SPEC 6.1, all defined by cosa's
+// The `images` keys this tool writes (docs/contract.md §6.1, all defined by cosa's
 // schema) come from the platform table: [`crate::platforms::meta_keys`].
 
 /// Build metadata, serialised exactly as cosa's `meta.json`.

@@ -1,7 +1,7 @@
 //! GCP image tarball: a tar archive holding one member, `disk.raw`, stored
 //! as a GNU sparse file in the old GNU format, compressed with gzip -9:
 //! what GCE's documented recipe `tar --format=oldgnu -Sczf image.tar.gz
-//! disk.raw` makes (SPEC section 3; GCE imports a gzip-compressed tarball
+//! disk.raw` makes (docs/contract.md §3; GCE imports a gzip-compressed tarball
 //! whose one file is named `disk.raw`).
 //!
 //! # Design
@@ -58,7 +58,7 @@ use std::path::Path;
 
 /// Name of the one member; GCE image import requires `disk.raw`.
 pub const DISK_NAME: &str = "disk.raw";
-/// gzip level (SPEC section 3: gcp is `gzip -9`).
+/// gzip level (docs/contract.md §3: gcp is `gzip -9`).
 pub const GZIP_LEVEL: u32 = 9;
 /// Tar block size (POSIX `ustar`, GNU tar `BLOCKSIZE`).
 const BLOCK: u64 = 512;

@@ -41,7 +41,7 @@ pub enum Format {
     /// An OCI image archive whose one layer holds `/disk/<artifact>.qcow2`
     /// (a KubeVirt containerDisk).
     OciArchive,
-    /// Live ISO and PXE files (SPEC 5).
+    /// Live ISO and PXE files (docs/contract.md §5).
     Live,
 }
 
@@ -92,7 +92,7 @@ impl Format {
 /// `block/qcow2-threads.c`).
 const QCOW2_DEFLATE_LEVEL: u32 = 6;
 
-/// image.json's VMware values (SPEC 1.2), for the vmware OVA.
+/// image.json's VMware values (docs/contract.md §1.2), for the vmware OVA.
 #[derive(Debug, Clone)]
 pub struct VmwareSettings {
     pub os_type: String,
@@ -229,7 +229,7 @@ pub enum Produced {
     /// A compressed stream, or a raw disk written sparse: the output's and
     /// the content's sizes and hashes.
     Stream(Written),
-    /// The format's file as encoded (never compressed again; SPEC 3): its
+    /// The format's file as encoded (never compressed again; docs/contract.md §3): its
     /// hash is the file's.
     Encoded,
 }

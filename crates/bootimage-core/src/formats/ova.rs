@@ -14,7 +14,7 @@
 //!   written first to a temporary file next to the output (deleted at the
 //!   end, also on error), then copied into the archive. Memory stays
 //!   bounded; disk use peaks at twice the VMDK.
-//! - Descriptor content per SPEC 4: disk capacity in bytes, format
+//! - Descriptor content per docs/contract.md §4: disk capacity in bytes, format
 //!   `vmdk.html#streamOptimized`, `ovf:populatedSize` = guest bytes in
 //!   stored grains (cosa puts the VMDK file size there; the OVF field is
 //!   the disk's used size, which [`super::vmdk::VmdkStats::populated_bytes`]

@@ -23,7 +23,7 @@ use std::path::Path;
 /// Size of the footer (spec: "Hard Disk Footer Format", 512 bytes).
 pub const FOOTER_SIZE: u64 = 512;
 /// Azure accepts only VHDs whose virtual size is a whole MiB (Azure docs
-/// on preparing Linux VHDs; SPEC section 3).
+/// on preparing Linux VHDs; docs/contract.md §3).
 pub const SIZE_ALIGN: u64 = 1 << 20;
 /// Sector size the footer's geometry counts in (spec: "Disk Geometry").
 const SECTOR_SIZE: u64 = 512;

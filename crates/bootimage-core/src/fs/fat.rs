@@ -1,4 +1,4 @@
-//! The EFI system partition (SPEC 2): a FAT filesystem written in userspace
+//! The EFI system partition (docs/contract.md §2): a FAT filesystem written in userspace
 //! (no kernel vfat, no mounts) straight into its region of the disk image,
 //! holding the OS's `EFI/` tree (`/usr/lib/bootupd/updates/EFI`) plus
 //! generated files such as the stub `grub.cfg`.

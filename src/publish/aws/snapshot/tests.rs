@@ -146,7 +146,8 @@ async fn put_block_retries_throttling_and_5xx_but_not_client_errors() {
 /// (`RetryConfig::standard()`, aws-smithy-runtime's standard strategy)
 /// replace `retry::with_retry`? The same scripted faults, through the
 /// SDK's parser, against both; what each did is asserted (and printed
-/// with --nocapture). README "AWS retries" quotes the outcome.
+/// with --nocapture). docs/aws.md "Retries: our loop, not the SDK's"
+/// quotes the outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_standard_retry_compared_with_ours() {
     // A reply cut short: headers promise 64 bytes, 2 come, then close.

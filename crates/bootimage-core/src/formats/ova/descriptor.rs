@@ -18,7 +18,7 @@ const NS_VMW: &str = "http://www.vmware.com/schema/ovf";
 /// `ovf:format` of a streamOptimized VMDK.
 const VMDK_FORMAT_URI: &str =
     "http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized";
-/// OperatingSystemSection `ovf:id` (a CIM OSType code), per SPEC 4; VMware
+/// OperatingSystemSection `ovf:id` (a CIM OSType code), per docs/contract.md §4; VMware
 /// goes by `vmw:osType`.
 const OS_SECTION_ID: u32 = 100;
 /// The logical network the NIC is attached to.
