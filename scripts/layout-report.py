@@ -35,7 +35,7 @@ MAX_LINES = 600
 MAX_FANOUT = 15
 # Format writers: one file per on-disk format, allowed to be long (the issue
 # asks "no file over ~600 lines outside format writers").
-WRITERS = re.compile(r"(^|/)(formats|fs|live)/[^/]+\.rs$|/(qcow2|vmdk|vhd|vhdx|ova|gcp|fat|iso|erofs|osmet)\.rs$")
+WRITERS = re.compile(r"(^|/)(formats|fs)/[^/]+\.rs$|/(qcow2|vmdk|vhd|vhdx|ova|gcp|fat|iso|erofs|osmet)\.rs$")
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

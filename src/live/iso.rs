@@ -1,4 +1,4 @@
-//! The live ISO (SPEC 5): the tree in a staging directory, then xorriso
+//! The live ISO (docs/contract.md §5): the tree in a staging directory, then xorriso
 //! (ISO9660 with Rock Ridge and Joliet; primary names in uppercase 8.3 form,
 //! which coreos-installer reads), BIOS El Torito with ISOLINUX (no-emul,
 //! load size 4, boot-info-table; x86_64 only), EFI El Torito with
@@ -205,7 +205,7 @@ fn put(root: &Path, rel: &str, data: &[u8]) -> Result<()> {
     std::fs::write(&p, data).with_context(|| format!("writing {}", p.display()))
 }
 
-/// Lay the ISO tree (SPEC 5) out in `stage` (an empty directory).
+/// Lay the ISO tree (docs/contract.md §5) out in `stage` (an empty directory).
 pub fn stage_tree(stage: &Path, i: &IsoInput) -> Result<()> {
     for d in ["images/pxeboot", "coreos"] {
         std::fs::create_dir_all(stage.join(d))?;
@@ -372,7 +372,7 @@ fn xorriso(stage: &Path, out: &Path, i: &IsoInput) -> Result<()> {
     Ok(())
 }
 
-/// The minimal ISO and `coreos/miniso.dat` (SPEC 5.1, osbuild
+/// The minimal ISO and `coreos/miniso.dat` (docs/contract.md §5.1, osbuild
 /// `gen_live_artifacts`): after [`build_iso`] wrote `full` from `stage`,
 /// write the same tree without `images/pxeboot/rootfs.img` and
 /// `coreos/miniso.dat` to `minimal` (same options, hybrid the same way),

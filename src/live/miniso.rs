@@ -1,4 +1,4 @@
-//! `coreos/miniso.dat` (SPEC 5.1): what lets `coreos-installer iso extract
+//! `coreos/miniso.dat` (docs/contract.md §5.1): what lets `coreos-installer iso extract
 //! minimal-iso` rebuild the minimal ISO (the same ISO without
 //! `images/pxeboot/rootfs.img`, for `coreos.live.rootfs_url=`) from the full
 //! one. The format is coreos-installer's (`src/miniso.rs`), the code here is

@@ -1,4 +1,4 @@
-//! osmet files (SPEC 5.1): what lets `coreos-installer install` write the
+//! osmet files (docs/contract.md §5.1): what lets `coreos-installer install` write the
 //! exact metal image from a live system without any network, by rebuilding
 //! it from the ostree repo inside the live rootfs. The format is
 //! coreos-installer's (`docs/osmet.md`, `src/osmet/{mod,file,unpacker}.rs`),
