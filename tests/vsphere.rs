@@ -8,7 +8,10 @@
 //! the annotation carries the RHCOS version; reuse, refusal, --replace; the
 //! patches parse; every bad input fails in one line with nothing left in the
 //! inventory; a SIGTERM/SIGINT during the upload leaves nothing and the next
-//! run succeeds.
+//! run succeeds. TLS as govc does it (issue 43 item 3): the simulator's
+//! default self-signed certificate given in GOVC_TLS_CA_CERTS, a CA-issued
+//! one (openssl), a GOVC_TLS_KNOWN_HOSTS thumbprint file, the ESXi host's
+//! thumbprint from the NFC lease, and a wrong thumbprint refused in one line.
 mod common;
 use bootimage_gen::formats::ova::{write_ova, OvaParams};
 use bootimage_gen::io::view::FileView;
@@ -46,10 +49,14 @@ struct Sim {
     #[allow(dead_code)] // held for its drop: killed first
     child: ChildGuard,
     url: String,
+    /// The file a client trusts it by: the CA made here, or (with
+    /// `-tls-mode`/`-tls-cert`) the certificate it serves.
     ca: PathBuf,
     dir: tempfile::TempDir,
     /// The host name its certificate is for (`-cert-host`), if not 127.0.0.1.
     cert_host: Option<String>,
+    /// With `-esx`: the "ESXi host"'s `host:port` and SHA-1 thumbprint.
+    esx: Option<(String, String)>,
 }
 
 impl Sim {
@@ -98,7 +105,16 @@ impl Sim {
             child: ChildGuard(child),
             dir,
             cert_host,
+            esx: (f.len() >= 5).then(|| (f[3].to_string(), f[4].to_string())),
         }
+    }
+
+    /// `host:port` of the simulator (its vCenter).
+    fn addr(&self) -> String {
+        self.url
+            .trim_start_matches("https://")
+            .trim_end_matches("/sdk")
+            .to_string()
     }
 
     /// The simulator's VMs (scripts/vcsim/main.go /vcsim-inventory).
@@ -690,6 +706,472 @@ fn interrupted_upload_leaves_nothing() {
     assert_eq!(vms.len(), 1);
     assert_eq!(vms[0]["template"], true);
     eprintln!("interrupted_upload_leaves_nothing: {:.1?}", t0.elapsed());
+}
+
+/// `openssl` with `args`; its stdout.
+fn openssl(args: &[&str]) -> String {
+    let o = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// govc's thumbprint of a PEM certificate, as openssl computes it (SHA-1
+/// or SHA-256 of the DER, `AB:CD:…`).
+fn thumbprint(pem: &Path, digest: &str) -> String {
+    let out = openssl(&[
+        "x509",
+        "-in",
+        pem.to_str().unwrap(),
+        "-noout",
+        "-fingerprint",
+        &format!("-{digest}"),
+    ]);
+    out.trim().rsplit_once('=').unwrap().1.to_uppercase()
+}
+
+/// A TLS refusal: one error line, with every `want`, never telling the
+/// user to set a variable (it names the file or line instead) unless
+/// `may_set` names it.
+fn assert_refusal(o: &Output, want: &[&str], may_set: Option<&str>) -> String {
+    let m = assert_one_line_error(o, want);
+    for var in ["GOVC_TLS_CA_CERTS", "GOVC_TLS_KNOWN_HOSTS"] {
+        if Some(var) != may_set {
+            assert!(!m.contains(&format!("set {var}")), "{m}");
+        }
+    }
+    m
+}
+
+/// One template imported, its disk received.
+fn assert_imported(sim: &Sim, o: &Output, name: &str, uploads: usize) {
+    assert!(o.status.success(), "{}", stderr(o));
+    assert!(
+        sim.vms()
+            .iter()
+            .any(|v| v["name"] == name && v["template"] == true),
+        "{:?}",
+        sim.vms()
+    );
+    assert_eq!(sim.uploads().len(), uploads);
+}
+
+/// The simulator's default certificate: self-signed and CA:TRUE (current
+/// vcsim's built-in shape), given in GOVC_TLS_CA_CERTS, is trusted as
+/// itself, as govc trusts it; its validity period and name are still
+/// checked; with nothing trusting it, the one fix is to pin it.
+#[test]
+fn tls_self_signed_in_ca_certs() {
+    let t0 = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let (ova, _) = make_ova(tmp.path(), "a", "9.6.20251023-0", true);
+    let ova = ova.to_str().unwrap();
+    let sim = Sim::start_with(&["-tls-mode", "self-signed"]);
+    let text = openssl(&["x509", "-in", sim.ca.to_str().unwrap(), "-noout", "-text"]);
+    assert!(text.contains("CA:TRUE"), "{text}");
+    let ca = sim.ca.to_str().unwrap().to_string();
+    let tp = thumbprint(&sim.ca, "sha1");
+    let addr = sim.addr();
+    let mut messages = Vec::new();
+
+    // GOVC_TLS_CA_CERTS is the server's own certificate: imported.
+    let o = sim.run(
+        &[ova, "--name", "rhcos-self"],
+        &[("GOVC_TLS_CA_CERTS", &ca)],
+    );
+    assert_imported(&sim, &o, "rhcos-self", 1);
+
+    // The name is still checked: a URL naming localhost (127.0.0.1, a
+    // name the certificate is not for).
+    let url = sim.url.replace("127.0.0.1", "localhost");
+    let o = sim.run(&[ova, "--name", "x"], &[("GOVC_URL", &url)]);
+    messages.push(assert_refusal(
+        &o,
+        &[
+            "TLS verification failed for localhost:",
+            "its certificate is for example.com, 127.0.0.1, ::1 but the URL names localhost",
+            "subject \"O=Acme Co\"",
+            "issuer \"O=Acme Co\"",
+            &tp,
+            "GOVC_URL",
+        ],
+        None,
+    ));
+
+    // Nothing trusts it (no GOVC_TLS_CA_CERTS): refused; the fix is the
+    // pin line, thumbprint included.
+    let o = sim.run(&[ova, "--name", "x"], &[("GOVC_TLS_CA_CERTS", "")]);
+    messages.push(assert_refusal(
+        &o,
+        &[
+            &format!("TLS verification failed for {addr}"),
+            "self-signed certificate is not in the system's trust store",
+            "subject \"O=Acme Co\"",
+            &tp,
+            &format!("set GOVC_TLS_KNOWN_HOSTS to a file holding the line \"{addr} {tp}\""),
+        ],
+        Some("GOVC_TLS_KNOWN_HOSTS"),
+    ));
+    assert_eq!(sim.vms().len(), 1);
+
+    // The validity period is still checked: the same shape, expired.
+    let old = Sim::start_with(&["-tls-mode", "expired"]);
+    let o = old.run(
+        &[ova, "--name", "x"],
+        &[("GOVC_TLS_CA_CERTS", old.ca.to_str().unwrap())],
+    );
+    messages.push(assert_refusal(
+        &o,
+        &[
+            &format!("TLS verification failed for {}", old.addr()),
+            "its certificate expired on",
+            &thumbprint(&old.ca, "sha1"),
+            "have the host's certificate renewed",
+        ],
+        None,
+    ));
+    drop(old);
+
+    // govmomi 0.24's own built-in certificate (RSA 1024): refused, saying
+    // why (rustls takes RSA keys of 2048 bits or more; Go takes it).
+    let tiny = Sim::start_with(&["-tls-mode", "builtin"]);
+    let o = tiny.run(
+        &[ova, "--name", "x"],
+        &[("GOVC_TLS_CA_CERTS", tiny.ca.to_str().unwrap())],
+    );
+    messages.push(assert_refusal(
+        &o,
+        &[
+            "RSA key has 1024 bits",
+            "reissued with an RSA key of 2048 bits",
+        ],
+        None,
+    ));
+    for m in &messages {
+        eprintln!("{m}");
+    }
+    eprintln!("tls_self_signed_in_ca_certs: {:.1?}", t0.elapsed());
+}
+
+/// A certificate issued by a CA made here with openssl: trusted through
+/// the CA (also from a `:` list of files, as govc reads the variable), or
+/// as itself; a CA that did not sign it is refused, the fix naming the
+/// file to add the issuer to (never "set" what is set).
+#[test]
+fn tls_ca_issued_openssl() {
+    let t0 = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let p = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let (ova, _) = make_ova(d, "a", "9.6.20251023-0", false);
+    let ova = ova.to_str().unwrap();
+    for (name, cn) in [("ca", "bootimage-gen test CA"), ("other", "some other CA")] {
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &p(&format!("{name}.key")),
+            "-out",
+            &p(&format!("{name}.pem")),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+    }
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("server.key"),
+        "-out",
+        &p("server.csr"),
+        "-subj",
+        "/CN=vcenter.test/O=bootimage-gen",
+    ]);
+    std::fs::write(
+        d.join("ext.cnf"),
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:vcenter.test\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("server.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &p("ext.cnf"),
+        "-out",
+        &p("server.pem"),
+    ]);
+    let mut sim = Sim::start_with(&["-tls-cert", &p("server.pem"), "-tls-key", &p("server.key")]);
+    sim.ca = d.join("ca.pem");
+    let tp = thumbprint(&d.join("server.pem"), "sha1");
+
+    // Through its CA.
+    let o = sim.run(
+        &[ova, "--name", "rhcos-ca"],
+        &[("GOVC_TLS_CA_CERTS", &p("ca.pem"))],
+    );
+    assert_imported(&sim, &o, "rhcos-ca", 1);
+    // Through its CA in a list of files (govc: filepath.SplitList).
+    let list = format!("{}:{}", p("other.pem"), p("ca.pem"));
+    let o = sim.run(
+        &[ova, "--name", "rhcos-ca-list"],
+        &[("GOVC_TLS_CA_CERTS", &list)],
+    );
+    assert_imported(&sim, &o, "rhcos-ca-list", 2);
+    // As itself: the server's own (CA-issued, CA:FALSE) certificate.
+    let o = sim.run(
+        &[ova, "--name", "rhcos-leaf"],
+        &[("GOVC_TLS_CA_CERTS", &p("server.pem"))],
+    );
+    assert_imported(&sim, &o, "rhcos-leaf", 3);
+
+    // Another CA: refused; add the issuer to that file.
+    let o = sim.run(
+        &[ova, "--name", "x"],
+        &[("GOVC_TLS_CA_CERTS", &p("other.pem"))],
+    );
+    let m = assert_refusal(
+        &o,
+        &[
+            &format!("TLS verification failed for {}", sim.addr()),
+            "signed by an unknown CA",
+            "subject \"O=bootimage-gen,CN=vcenter.test\"",
+            "issuer \"CN=bootimage-gen test CA\"",
+            &tp,
+            &format!(
+                "add the PEM of the CA that signed it (\"CN=bootimage-gen test CA\") to {} (GOVC_TLS_CA_CERTS)",
+                p("other.pem")
+            ),
+        ],
+        None,
+    );
+    eprintln!("{m}");
+    // No CA given: the one fix is to give it.
+    let o = sim.run(&[ova, "--name", "x"], &[("GOVC_TLS_CA_CERTS", "")]);
+    let m = assert_refusal(
+        &o,
+        &[
+            "signed by an unknown CA (none in the system's trust store)",
+            "set GOVC_TLS_CA_CERTS to the PEM of the CA that signed it (\"CN=bootimage-gen test CA\")",
+        ],
+        Some("GOVC_TLS_CA_CERTS"),
+    );
+    eprintln!("{m}");
+    assert_eq!(sim.vms().len(), 3);
+    eprintln!("tls_ca_issued_openssl: {:.1?}", t0.elapsed());
+}
+
+/// GOVC_TLS_KNOWN_HOSTS pins vCenter by thumbprint (a `:` list of files, a
+/// missing one empty, as govc); the ESXi host an NFC lease names is trusted
+/// by the lease's sslThumbprint without being in any file, or by a file
+/// when the lease gives none; a lease thumbprint that is not the host's,
+/// and a host in no file, are refused in one line.
+#[test]
+fn tls_known_hosts_and_lease_thumbprints() {
+    let t0 = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (ova, _) = make_ova(d, "a", "9.6.20251023-0", true);
+    let ova = ova.to_str().unwrap();
+    let mut messages = Vec::new();
+    let esx_posts = |sim: &Sim| {
+        std::fs::read_to_string(sim.dir.path().join("vcsim.log"))
+            .unwrap()
+            .matches("esx POST /nfc/")
+            .count()
+    };
+
+    // The ESXi host (its own self-signed certificate, in no file, signed
+    // by no CA given) trusted by the thumbprint vCenter's lease gives.
+    let lease = Sim::start_with(&["-esx"]);
+    let (_, esx_tp) = lease.esx.clone().unwrap();
+    assert_eq!(
+        esx_tp,
+        thumbprint(&lease.dir.path().join("esx.pem"), "sha1")
+    );
+    let o = lease.run(&[ova, "--name", "rhcos-lease"], &[]);
+    assert_imported(&lease, &o, "rhcos-lease", 1);
+    assert_eq!(esx_posts(&lease), 1, "the disk went to the ESXi host");
+    drop(lease);
+
+    // vCenter (self-signed, no CA given) by its pinned thumbprint.
+    let sim = Sim::start_with(&["-tls-mode", "self-signed", "-esx"]);
+    let tp = thumbprint(&sim.ca, "sha1");
+    let addr = sim.addr();
+    let kh = d.join("known_hosts");
+    std::fs::write(
+        &kh,
+        format!("# vCenter\nvc.example.com 00:11:22\n{addr} {tp}\n"),
+    )
+    .unwrap();
+    let kh_list = format!("{}:{}", kh.display(), d.join("missing").display());
+    let only_kh = [
+        ("GOVC_TLS_CA_CERTS", ""),
+        ("GOVC_TLS_KNOWN_HOSTS", kh_list.as_str()),
+    ];
+    let o = sim.run(&[ova, "--name", "rhcos-pinned"], &only_kh);
+    assert_imported(&sim, &o, "rhcos-pinned", 1);
+    assert_eq!(esx_posts(&sim), 1, "the disk went to the ESXi host");
+
+    // A SHA-256 pin (newer govmomi's thumbprintMatches) does as well.
+    let kh256 = d.join("known_hosts.sha256");
+    std::fs::write(
+        &kh256,
+        format!("{addr} {}\n", thumbprint(&sim.ca, "sha256")),
+    )
+    .unwrap();
+    let o = sim.run(
+        &[ova, "--name", "rhcos-pinned256"],
+        &[
+            ("GOVC_TLS_CA_CERTS", ""),
+            ("GOVC_TLS_KNOWN_HOSTS", kh256.to_str().unwrap()),
+        ],
+    );
+    assert_imported(&sim, &o, "rhcos-pinned256", 2);
+
+    // vCenter in no file: refused; add its line to the file.
+    let other = d.join("other_hosts");
+    std::fs::write(&other, "vc.example.com 00:11:22\n").unwrap();
+    let o = sim.run(
+        &[ova, "--name", "x"],
+        &[
+            ("GOVC_TLS_CA_CERTS", ""),
+            ("GOVC_TLS_KNOWN_HOSTS", other.to_str().unwrap()),
+        ],
+    );
+    messages.push(assert_refusal(
+        &o,
+        &[
+            &format!("TLS verification failed for {addr}"),
+            "subject \"O=Acme Co\"",
+            &tp,
+            &format!(
+                "add the line \"{addr} {tp}\" to {} (GOVC_TLS_KNOWN_HOSTS)",
+                other.display()
+            ),
+        ],
+        None,
+    ));
+    drop(sim);
+
+    // The lease gives a thumbprint that is not the ESXi host's: refused,
+    // nothing left.
+    let bad = "0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F:0F";
+    let liar = Sim::start_with(&["-esx", "-esx-lease-thumbprint", bad]);
+    let (liar_esx, liar_tp) = liar.esx.clone().unwrap();
+    let o = liar.run(&[ova, "--name", "x"], &[]);
+    messages.push(assert_refusal(
+        &o,
+        &[
+            "uploading disk.vmdk",
+            &format!("TLS verification failed for ESXi host {liar_esx}"),
+            &format!("not the one vCenter's NFC lease gives for it ({bad})"),
+            "subject \"CN=esx-sim.local\"",
+            "issuer \"CN=esx-sim.local\"",
+            &liar_tp,
+            "reconnect the host in vCenter",
+        ],
+        None,
+    ));
+    assert!(liar.vms().is_empty(), "{:?}", liar.vms());
+    drop(liar);
+
+    // The lease gives none: the ESXi host is refused (the fix: its pin
+    // line), and trusted by a file's line.
+    let mute = Sim::start_with(&["-esx", "-esx-lease-thumbprint", "none"]);
+    let (mute_esx, mute_tp) = mute.esx.clone().unwrap();
+    let o = mute.run(&[ova, "--name", "x"], &[]);
+    messages.push(assert_refusal(
+        &o,
+        &[
+            &format!("TLS verification failed for ESXi host {mute_esx}"),
+            "self-signed certificate is not in",
+            &mute_tp,
+            &format!(
+                "set GOVC_TLS_KNOWN_HOSTS to a file holding the line \"{mute_esx} {mute_tp}\""
+            ),
+        ],
+        Some("GOVC_TLS_KNOWN_HOSTS"),
+    ));
+    assert!(mute.vms().is_empty(), "{:?}", mute.vms());
+    let esx_kh = d.join("esx_hosts");
+    std::fs::write(&esx_kh, format!("{mute_esx} {mute_tp}\n")).unwrap();
+    let o = mute.run(
+        &[ova, "--name", "rhcos-esx-pinned"],
+        &[("GOVC_TLS_KNOWN_HOSTS", esx_kh.to_str().unwrap())],
+    );
+    assert_imported(&mute, &o, "rhcos-esx-pinned", 1);
+    for m in &messages {
+        eprintln!("{m}");
+    }
+    eprintln!(
+        "tls_known_hosts_and_lease_thumbprints: {:.1?}",
+        t0.elapsed()
+    );
+}
+
+/// A pinned thumbprint that is not vCenter's: refused in one line naming
+/// the host, the certificate's subject, issuer and thumbprint, the pin and
+/// its file, and the one fix (the line to write once checked).
+#[test]
+fn tls_wrong_thumbprint_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ova, _) = make_ova(tmp.path(), "a", "9.6.20251023-0", true);
+    let ova = ova.to_str().unwrap();
+    let sim = Sim::start_with(&["-tls-mode", "self-signed"]);
+    let tp = thumbprint(&sim.ca, "sha1");
+    let addr = sim.addr();
+    let wrong = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78";
+    let kh = tmp.path().join("known_hosts");
+    std::fs::write(&kh, format!("{addr} {wrong}\n")).unwrap();
+    let o = sim.run(
+        &[ova, "--name", "x"],
+        &[
+            ("GOVC_TLS_CA_CERTS", ""),
+            ("GOVC_TLS_KNOWN_HOSTS", kh.to_str().unwrap()),
+        ],
+    );
+    let m = assert_refusal(
+        &o,
+        &[
+            &format!("vCenter {}: TLS verification failed for {addr}:", sim.url),
+            &format!(
+                "its certificate is not the one {} (GOVC_TLS_KNOWN_HOSTS) pins for it ({wrong})",
+                kh.display()
+            ),
+            "subject \"O=Acme Co\"",
+            "issuer \"O=Acme Co\"",
+            &format!("SHA-1 thumbprint {tp}"),
+            &format!("then make that line \"{addr} {tp}\""),
+        ],
+        None,
+    );
+    assert!(sim.vms().is_empty());
+    eprintln!("{m}");
 }
 
 /// Issue 30's throughput figure (not a timed test; run by hand or from

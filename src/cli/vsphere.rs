@@ -12,9 +12,15 @@ pub enum VsphereCommand {
     ///
     /// vCenter and credentials come from govc's environment: GOVC_URL,
     /// GOVC_USERNAME, GOVC_PASSWORD (never a flag), GOVC_TLS_CA_CERTS,
-    /// GOVC_INSECURE, or from --credentials FILE. A template of that name with the same RHCOS version is
-    /// reused; a different one is refused unless --replace. On failure or
-    /// Ctrl-C nothing is left in vCenter.
+    /// GOVC_TLS_KNOWN_HOSTS, GOVC_INSECURE, or from --credentials FILE. TLS
+    /// trust is govc's: a certificate in GOVC_TLS_CA_CERTS (a CA's, or the
+    /// server's own self-signed one) or the system store, else a
+    /// `host[:port] thumbprint` line of a GOVC_TLS_KNOWN_HOSTS file (the
+    /// SHA-1 of the certificate, AB:CD:… as `govc about.cert -thumbprint`
+    /// prints it); ESXi hosts the upload goes to are also trusted by the
+    /// thumbprint vCenter gives for them. A template of that name with the
+    /// same RHCOS version is reused; a different one is refused unless
+    /// --replace. On failure or Ctrl-C nothing is left in vCenter.
     ///
     /// Example: GOVC_URL=https://vc.example.com/sdk GOVC_USERNAME=admin GOVC_PASSWORD=... bootimage-gen vsphere import rhcos.ova --name rhcos-4.20
     Import(VsphereImportArgs),
@@ -69,7 +75,7 @@ pub struct VsphereTarget {
     pub disk_provisioning: Option<String>,
     /// vCenter credentials from a file instead of the environment: govc's
     /// GOVC_URL, GOVC_USERNAME, GOVC_PASSWORD, GOVC_TLS_CA_CERTS,
-    /// GOVC_INSECURE as NAME=value lines, or the cluster's own Secret
+    /// GOVC_TLS_KNOWN_HOSTS, GOVC_INSECURE as NAME=value lines, or the cluster's own Secret
     /// (oc get secret -n kube-system vsphere-creds -o yaml). Its values win
     /// over the environment. Keep it mode 600.
     #[arg(long = "credentials", value_name = "FILE")]

@@ -32,6 +32,7 @@ pub struct FileCredentials {
     pub username: Option<String>,
     pub password: Option<String>,
     pub ca_file: Option<String>,
+    pub known_hosts: Option<String>,
     pub insecure: Option<bool>,
 }
 
@@ -57,7 +58,7 @@ pub fn parse_credentials(text: &str, file: &str, url: Option<&str>) -> Result<Fi
         let l = l.strip_prefix("export ").unwrap_or(l).trim();
         let Some((k, v)) = l.split_once('=') else {
             anyhow::bail!(
-                "{file} line {}: not NAME=value (a credentials file holds GOVC_URL, GOVC_USERNAME, GOVC_PASSWORD, GOVC_TLS_CA_CERTS, GOVC_INSECURE lines, or is the cluster's vsphere-creds Secret)",
+                "{file} line {}: not NAME=value (a credentials file holds GOVC_URL, GOVC_USERNAME, GOVC_PASSWORD, GOVC_TLS_CA_CERTS, GOVC_TLS_KNOWN_HOSTS, GOVC_INSECURE lines, or is the cluster's vsphere-creds Secret)",
                 n + 1
             );
         };
@@ -74,6 +75,7 @@ pub fn parse_credentials(text: &str, file: &str, url: Option<&str>) -> Result<Fi
             "GOVC_USERNAME" => c.username = Some(v),
             "GOVC_PASSWORD" => c.password = Some(v),
             "GOVC_TLS_CA_CERTS" => c.ca_file = Some(v),
+            "GOVC_TLS_KNOWN_HOSTS" => c.known_hosts = Some(v),
             "GOVC_INSECURE" => c.insecure = Some(truthy(&v)),
             // Placement and other govc settings come from the flags and
             // the environment; a file of govc's may hold them too.
@@ -155,6 +157,7 @@ fn secret_credentials(
         username: keys.get(&format!("{server}.username")).cloned(),
         password: Some(password),
         ca_file: None,
+        known_hosts: None,
         insecure: None,
     })
 }
@@ -234,6 +237,7 @@ pub fn settings(
             .ca_file
             .or_else(|| env("GOVC_TLS_CA_CERTS"))
             .map(Into::into),
+        known_hosts: f.known_hosts.or_else(|| env("GOVC_TLS_KNOWN_HOSTS")),
         datacenter: nonempty(&t.datacenter),
         datastore: nonempty(&t.datastore),
         resource_pool: nonempty(&t.resource_pool),
@@ -307,7 +311,7 @@ mod tests {
     #[test]
     fn govc_lines() {
         let c = parse_credentials(
-            "# vc\nexport GOVC_URL=https://vc.example.com/sdk\nGOVC_USERNAME='admin@vsphere.local'\nGOVC_PASSWORD=\"p=ss word\"\nGOVC_INSECURE=1\nGOVC_DATASTORE=ds1\n",
+            "# vc\nexport GOVC_URL=https://vc.example.com/sdk\nGOVC_USERNAME='admin@vsphere.local'\nGOVC_PASSWORD=\"p=ss word\"\nGOVC_INSECURE=1\nGOVC_DATASTORE=ds1\nGOVC_TLS_KNOWN_HOSTS=/etc/govc/known_hosts\n",
             "f",
             None,
         )
@@ -316,6 +320,7 @@ mod tests {
         assert_eq!(c.username.as_deref(), Some("admin@vsphere.local"));
         assert_eq!(c.password.as_deref(), Some("p=ss word"));
         assert_eq!(c.insecure, Some(true));
+        assert_eq!(c.known_hosts.as_deref(), Some("/etc/govc/known_hosts"));
         let e = parse_credentials("GOVC_URL=x\nsecret\n", "creds", None).unwrap_err();
         assert!(e.to_string().contains("creds line 2"), "{e}");
         assert!(!e.to_string().contains("secret"), "{e}");

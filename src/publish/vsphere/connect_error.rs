@@ -1,14 +1,20 @@
 //! Connection-level errors of `vsphere import` said in one line: a login
-//! fault, a TLS or connect failure or a non-vCenter answer in, the object,
-//! the cause and the fix (which setting to change) out.
+//! fault, a refused certificate, a TLS or connect failure or a non-vCenter
+//! answer in, the object, the cause and the fix (which setting to change)
+//! out.
 use anyhow::anyhow;
 
-use super::soap::{Fault, TransportError};
+use super::soap::{Fault, Refusal, TransportError};
 use super::types::Settings;
 
 /// Say a connection-level error in one line: the object, the cause, the fix.
 pub(super) fn connect_error(e: anyhow::Error, s: &Settings) -> anyhow::Error {
     let url = &s.url;
+    // A certificate refused (soap::trust): it names the host, the
+    // certificate and the one fix itself.
+    if let Some(r) = e.downcast_ref::<Refusal>() {
+        return anyhow!("vCenter {url}: {r}");
+    }
     if let Some(f) = e.downcast_ref::<Fault>() {
         if f.kind.contains("InvalidLogin") {
             return anyhow!(
@@ -24,11 +30,10 @@ pub(super) fn connect_error(e: anyhow::Error, s: &Settings) -> anyhow::Error {
     }
     if let Some(t) = e.downcast_ref::<TransportError>() {
         return match t {
-            TransportError::Tls(cause) if cause.contains("URL names") => anyhow!(
-                "vCenter {url}: TLS verification failed: {cause}; use a host name the certificate is for in GOVC_URL (or --insecure for a test system)"
-            ),
+            // Certificates are judged by soap::trust and refused as a
+            // Refusal (above); what is left is the handshake itself.
             TransportError::Tls(cause) => anyhow!(
-                "vCenter {url}: TLS verification failed: {cause}; set GOVC_TLS_CA_CERTS to the PEM of the CA that signed vCenter's certificate (or --insecure for a test system)"
+                "vCenter {url}: TLS handshake failed: {cause}; check that GOVC_URL names vCenter's HTTPS endpoint (https://<vcenter>/sdk)"
             ),
             TransportError::Connect(cause) => anyhow!(
                 "vCenter {url} unreachable: {cause}; check GOVC_URL (https://<vcenter>/sdk) and that this host can reach it"

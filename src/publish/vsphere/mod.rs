@@ -1,6 +1,6 @@
 //! `vsphere import`: an OVA into vCenter as a VM template, as openshift-
 //! install (`pkg/infrastructure/vsphere/clusterapi/import.go`) and the MCO
-//! (`pkg/controller/bootimage/vsphere_helpers.go`) import theirs (SPEC 7):
+//! (`pkg/controller/bootimage/vsphere_helpers.go`) import theirs (docs/contract.md §7):
 //! OvfManager.CreateImportSpec → ResourcePool.ImportVApp → the NFC lease
 //! (the VMDK POSTed to its device URL, HttpNfcLeaseProgress as keep-alive,
 //! HttpNfcLeaseComplete, or HttpNfcLeaseAbort and Destroy_Task on any
@@ -51,7 +51,8 @@ pub fn import(s: &Settings, ova: &Ova, rhcos_version: &str) -> Result<Outcome> {
             );
         }
     }
-    let ep = Endpoint::parse(&s.url, s.insecure, s.ca_file.clone())?;
+    let mut ep = Endpoint::parse(&s.url, s.insecure, s.ca_file.clone())?;
+    ep.known_hosts = s.known_hosts.clone().map(Into::into);
     let mut c = Client::connect(ep, &s.username, &s.password).map_err(|e| connect_error(e, s))?;
     let r = import_with(&mut c, s, ova, rhcos_version);
     c.logout();

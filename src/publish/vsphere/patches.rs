@@ -1,7 +1,7 @@
 //! What the cluster needs after a template import: each MachineSet's
 //! `spec.template.spec.providerSpec.value.template` pointed at the template,
 //! and the `MachineConfiguration` `cluster` recording the RHCOS version of
-//! the bootimages for Manual boot-image skew enforcement (SPEC 7; openshift/
+//! the bootimages for Manual boot-image skew enforcement (docs/contract.md §7; openshift/
 //! api `operator/v1/types_machineconfiguration.go`).
 use anyhow::{bail, Context, Result};
 use std::path::Path;

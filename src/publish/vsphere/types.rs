@@ -17,7 +17,12 @@ pub struct Settings {
     /// `--credentials FILE`, when the user and password came from it.
     pub credentials_file: Option<PathBuf>,
     pub insecure: bool,
+    /// `GOVC_TLS_CA_CERTS`: PEM file(s), `:`-separated, of the CAs (or
+    /// the servers' own certificates) to trust instead of the system store.
     pub ca_file: Option<PathBuf>,
+    /// `GOVC_TLS_KNOWN_HOSTS`: file(s), `:`-separated, of `host[:port]
+    /// thumbprint` lines pinning certificates no CA vouches for.
+    pub known_hosts: Option<String>,
     pub datacenter: Option<String>,
     pub datastore: Option<String>,
     pub resource_pool: Option<String>,

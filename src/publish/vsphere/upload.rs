@@ -152,7 +152,7 @@ fn upload_and_finish(
     stop.store(true, Ordering::Relaxed);
     let _ = keepalive.join();
     crate::util::cancel::check()?;
-    r.with_context(|| format!("uploading {} to vCenter", ova.disk_name))?;
+    r.with_context(|| format!("uploading {} through the import lease", ova.disk_name))?;
     c.lease_progress(lease, 100)?;
     c.lease_complete(lease)?;
     crate::util::cancel::check()?;

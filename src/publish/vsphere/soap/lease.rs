@@ -9,8 +9,8 @@ use std::io::Read;
 use std::time::Duration;
 
 use super::session::Client;
+use super::tls;
 use super::types::{moref, MoRef};
-use crate::util::http::transport;
 use crate::util::xml::{child_text, children, esc, find};
 
 /// What a ready lease says.
@@ -25,6 +25,16 @@ pub struct DeviceUrl {
     pub import_key: String,
     pub url: String,
     pub disk: bool,
+    /// The SHA-1 thumbprint vCenter gives for the certificate of the
+    /// URL's host (an ESXi host), empty when it gives none.
+    pub ssl_thumbprint: String,
+}
+
+/// The `host[:port]` of an `https://` URL.
+fn url_authority(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|a| !a.is_empty())
 }
 
 impl Client {
@@ -110,7 +120,9 @@ impl Client {
     }
 
     /// Wait for the lease to leave `initializing`: its entity (the VM) and
-    /// device URLs (`*` replaced by the vCenter host), or its error.
+    /// device URLs (`*` replaced by the vCenter host), or its error. The
+    /// hosts' `sslThumbprint`s become trusted for them (govmomi's
+    /// `newLeaseInfo`: `SetThumbprint(u.Host, device.SslThumbprint)`).
     pub fn lease_wait(&mut self, lease: &MoRef) -> Result<LeaseInfo> {
         let deadline = std::time::Instant::now() + Duration::from_secs(600);
         loop {
@@ -160,10 +172,15 @@ impl Client {
         for d in children(root, "deviceUrl") {
             let url = child_text(d, "url").unwrap_or_default();
             let url = url.replacen("://*", &format!("://{}", self.endpoint.authority), 1);
+            let ssl_thumbprint = child_text(d, "sslThumbprint").unwrap_or_default();
+            if let (Some(trust), Some(host)) = (&self.trust, url_authority(&url)) {
+                trust.pin_from_lease(host, &ssl_thumbprint);
+            }
             devices.push(DeviceUrl {
                 import_key: child_text(d, "importKey").unwrap_or_default(),
                 url,
                 disk: child_text(d, "disk").as_deref() == Some("true"),
+                ssl_thumbprint,
             });
         }
         Ok(LeaseInfo { entity, devices })
@@ -210,7 +227,7 @@ impl Client {
         let t0 = std::time::Instant::now();
         let resp = req
             .send(ureq::SendBody::from_reader(body))
-            .map_err(transport)?;
+            .map_err(tls::error)?;
         let status = resp.status().as_u16();
         tracing::debug!(
             "vSphere upload POST {url}: HTTP {status}, {len} bytes in {:.1?}",

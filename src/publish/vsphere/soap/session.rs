@@ -5,10 +5,13 @@
 //! (RetrieveServiceContent, Login, Logout). The other calls live in the
 //! query, lease and task files, as more `impl Client` blocks.
 use anyhow::{anyhow, bail, Context, Result};
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::tls;
+use super::trust::Trust;
 use super::types::{moref, Endpoint, Fault, MoRef, ServiceContent};
-use crate::util::http::{self, transport};
+use crate::util::http;
 use crate::util::xml::{child_text, children, esc, find};
 
 /// A session with one vCenter.
@@ -17,6 +20,9 @@ pub struct Client {
     pub endpoint: Endpoint,
     pub(super) cookie: Option<String>,
     pub sc: ServiceContent,
+    /// The TLS trust of its connections (`None` with `--insecure`); NFC
+    /// leases add their hosts' thumbprints to it.
+    pub(super) trust: Option<Arc<Trust>>,
 }
 
 const ENVELOPE_OPEN: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
@@ -25,12 +31,20 @@ xmlns:xsd=\"http://www.w3.org/2001/XMLSchema\" \
 xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"><soapenv:Body>";
 const ENVELOPE_CLOSE: &str = "</soapenv:Body></soapenv:Envelope>";
 
-fn agent(ep: &Endpoint) -> Result<ureq::Agent> {
-    let trust = match &ep.ca_file {
-        Some(f) => http::Trust::Only(f, "GOVC_TLS_CA_CERTS"),
-        None => http::Trust::System,
-    };
-    http::agent(trust, ep.insecure, Duration::from_secs(300))
+/// The agent and, when TLS is verified, its trust: govc's
+/// (`GOVC_TLS_CA_CERTS`, `GOVC_TLS_KNOWN_HOSTS`, NFC lease thumbprints).
+fn agent(ep: &Endpoint) -> Result<(ureq::Agent, Option<Arc<Trust>>)> {
+    let recv = Duration::from_secs(300);
+    if ep.insecure {
+        let agent = http::agent(http::Trust::System, true, recv)?;
+        return Ok((agent, None));
+    }
+    let trust = Trust::load(
+        &ep.authority,
+        ep.ca_file.as_deref().map(|p| p.as_os_str()),
+        ep.known_hosts.as_deref(),
+    )?;
+    Ok((tls::agent(trust.clone(), recv), Some(trust)))
 }
 
 /// A parsed SOAP response body element (`<XResponse>`), kept with its text.
@@ -50,10 +64,11 @@ impl Response {
 impl Client {
     /// RetrieveServiceContent, then Login.
     pub fn connect(endpoint: Endpoint, user: &str, password: &str) -> Result<Client> {
-        let agent = agent(&endpoint)?;
+        let (agent, trust) = agent(&endpoint)?;
         let mut c = Client {
             agent,
             endpoint,
+            trust,
             cookie: None,
             sc: ServiceContent {
                 root_folder: MoRef::new("Folder", ""),
@@ -79,6 +94,7 @@ impl Client {
             endpoint: self.endpoint.clone(),
             cookie: self.cookie.clone(),
             sc: self.sc.clone(),
+            trust: self.trust.clone(),
         }
     }
 
@@ -101,7 +117,7 @@ impl Client {
         if let Some(c) = &self.cookie {
             req = req.header("Cookie", c);
         }
-        let mut resp = req.send(envelope.as_bytes()).map_err(transport)?;
+        let mut resp = req.send(envelope.as_bytes()).map_err(tls::error)?;
         for v in resp.headers().get_all("set-cookie") {
             if let Ok(s) = v.to_str() {
                 if let Some(kv) = s.split(';').next() {
@@ -123,7 +139,7 @@ impl Client {
             .with_config()
             .limit(256 << 20)
             .read_to_string()
-            .map_err(transport)?;
+            .map_err(tls::error)?;
         if !ctype.contains("xml") || !text.contains("Envelope") {
             bail!(
                 "not a vSphere API endpoint: HTTP {status}, {} answered instead of SOAP",

@@ -61,8 +61,12 @@ pub struct Endpoint {
     /// `host[:port]`, for the `*` in NFC device URLs.
     pub authority: String,
     pub insecure: bool,
-    /// PEM file(s) of CAs to trust instead of the system store.
+    /// PEM file(s) of CAs to trust instead of the system store
+    /// (`GOVC_TLS_CA_CERTS`: one file or a `:` list).
     pub ca_file: Option<std::path::PathBuf>,
+    /// Files of `host thumbprint` lines (`GOVC_TLS_KNOWN_HOSTS`: one
+    /// file or a `:` list), set after [`Endpoint::parse`].
+    pub known_hosts: Option<std::ffi::OsString>,
 }
 
 impl Endpoint {
@@ -101,6 +105,7 @@ impl Endpoint {
             authority: authority.into(),
             insecure,
             ca_file,
+            known_hosts: None,
         })
     }
 }
