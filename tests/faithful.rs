@@ -133,16 +133,24 @@ fn the_os_own_ostree_deploys_and_says_so() {
     let d = &h.meta["images"]["metal"]["ostree-deploy"];
     assert_eq!(d["tool"], "host", "{d}");
     assert_eq!(d["reason"], "--deploy-ostree host", "{d}");
-    // What that costs is said: no composefs image, no labels.
+    // What that costs is said: no composefs image. The labels are still
+    // the OS's: its setfiles runs from its buildroot.
     assert_eq!(d["composefs-image"], false, "{d}");
-    assert_eq!(d["selinux-labelled"], false, "{d}");
+    assert!(d.get("selinux-labelled").is_none(), "{d}");
     assert!(
         h.log
             .contains("this ostree writes no composefs image: its disks stop in the initramfs"),
         "{}",
         h.log
     );
-    assert!(h.log.contains("SELinux: nothing labelled"), "{}", h.log);
+    assert!(
+        h.log.contains(&format!(
+            "SELinux: the OS's own setfiles labels what this machine's ostree lays down (from a buildroot of the OS tree, whose ostree is {want})"
+        )),
+        "{}",
+        h.log
+    );
+    assert!(!h.log.contains("SELinux: nothing labelled"), "{}", h.log);
 }
 
 /// `b`'s metal disk mounted read-only: its root filesystem, its boot
@@ -155,10 +163,17 @@ struct Metal {
 }
 
 fn metal(b: &Built, tag: &str, boot: bool) -> Metal {
-    let raw = b.raw.join("metal.raw");
-    let dir = b.root.join(format!("mnt-{tag}"));
-    let root = mount_raw_root(&raw, &dir.join("root"));
-    let boot = boot.then(|| mount_raw_boot(&raw, &dir.join("boot")));
+    metal_of(
+        &b.raw.join("metal.raw"),
+        &b.root.join(format!("mnt-{tag}")),
+        boot,
+    )
+}
+
+/// The metal disk `raw` mounted read-only under `dir`.
+fn metal_of(raw: &Path, dir: &Path, boot: bool) -> Metal {
+    let root = mount_raw_root(raw, &dir.join("root"));
+    let boot = boot.then(|| mount_raw_boot(raw, &dir.join("boot")));
     let stateroot = std::fs::read_dir(root.0.join("ostree/deploy"))
         .unwrap()
         .next()
@@ -286,52 +301,158 @@ exec chroot "$br" /usr/sbin/setfiles "$@""#;
     (n, out)
 }
 
-/// Per tree (physical root, /boot, the deployment's /etc, the stateroot's
-/// /var): what the OS's setfiles would relabel on `b`'s metal disk.
-fn relabel_counts(b: &Built, tag: &str) -> Vec<(&'static str, usize, String)> {
-    let m = metal(b, &format!("relabel-{tag}"), true);
+/// Whether a `Would relabel <path> ...` line of setfiles names one of the
+/// sysroot repo's file objects (`objects/xx/<sha256>.file`): those are the
+/// deployment's files (hardlinks), labelled from the commit and checked
+/// there.
+fn names_file_object(line: &str) -> bool {
+    line.strip_prefix("Would relabel ")
+        .and_then(|l| l.split(' ').next())
+        .is_some_and(|p| p.contains("/ostree/repo/objects/") && p.ends_with(".file"))
+}
+
+/// What the OS's setfiles (`-n`) would relabel on a mounted metal disk,
+/// per scope, with the policy of the OS tree `br`: the physical root (the
+/// whole root filesystem, as a node's `/sysroot` holds it: the `/boot`
+/// mount point, `/ostree`, the repo's directories, refs, config and
+/// metadata objects, the origin files; not the deployment and the
+/// stateroot's `/var`, scopes of their own, nor the repo's file objects,
+/// which are the deployment's files), `/boot`, the deployment's `/etc`,
+/// the stateroot's `/var`, and the deployment's `/usr`, whose files are
+/// the repo's file objects: labelled from the commit, and relabelled by
+/// nothing (the deployment's other files carry the commit's labels, which
+/// need not be what setfiles says: the fixture's commit has `/proc`
+/// `mnt_t`; what ostree adds there, `.ostree.cfs`, is found unlabelled by
+/// [`unlabelled_of`]).
+fn relabel_scopes(br: &Path, m: &Metal) -> Vec<(&'static str, usize, String)> {
     let boot = m.boot.as_ref().unwrap().0.clone();
+    let node = |p: &Path| common::labels::node_path(&m.root.0, p);
+    let (dep, var) = (node(&m.deployment), node(&m.stateroot.join("var")));
     let mut v = Vec::new();
     for (what, host, at, ex) in [
-        (
-            "physical root",
-            m.root.0.clone(),
-            "/",
-            &["/ostree", "/boot"][..],
-        ),
-        ("/boot", boot, "/boot", &[][..]),
-        ("/etc", m.deployment.join("etc"), "/etc", &[][..]),
-        ("/var", m.stateroot.join("var"), "/var", &[][..]),
+        ("physical root", m.root.0.clone(), "/", vec![&*dep, &*var]),
+        ("/boot", boot, "/boot", vec![]),
+        ("/etc", m.deployment.join("etc"), "/etc", vec![]),
+        ("/var", m.stateroot.join("var"), "/var", vec![]),
+        ("/usr", m.deployment.join("usr"), "/usr", vec![]),
     ] {
-        let (n, out) = would_relabel(&host, at, ex);
-        v.push((what, n, out));
+        let (_, out) = would_relabel_by(br, &host, at, &ex);
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("Would relabel ") && !names_file_object(l))
+            .collect();
+        v.push((what, lines.len(), lines.join("\n")));
     }
     v
+}
+
+/// The entries of a mounted metal disk's root and boot filesystems that
+/// carry no SELinux context at all.
+fn unlabelled_of(m: &Metal) -> Vec<String> {
+    let mut v = common::labels::unlabelled(&m.root.0);
+    let boot = &m.boot.as_ref().unwrap().0;
+    v.extend(
+        common::labels::unlabelled(boot)
+            .into_iter()
+            .map(|p| format!("/boot{}", p.trim_end_matches('/'))),
+    );
+    v
+}
+
+/// `b`'s metal disk has every entry of its physical root and `/boot`
+/// labelled, and labelled as the policy of the OS tree `br` says: no
+/// entry without a context, and the OS's setfiles would relabel nothing
+/// in any scope.
+fn assert_labelled_by(br: &Path, b: &Built, what: &str) {
+    let m = metal(b, &format!("labelled-{what}"), true);
+    let none = unlabelled_of(&m);
+    eprintln!(
+        "{what}: {} entries without an SELinux context{}",
+        none.len(),
+        if none.is_empty() {
+            String::new()
+        } else {
+            format!(":\n  {}", none.join("\n  "))
+        }
+    );
+    let scopes = relabel_scopes(br, &m);
+    for (scope, n, _) in &scopes {
+        eprintln!("{what} {scope}: the OS's setfiles -n would relabel {n} entries");
+    }
+    assert!(
+        none.is_empty(),
+        "{what}: entries without an SELinux context:\n{}",
+        none.join("\n")
+    );
+    for (scope, n, out) in scopes {
+        assert_eq!(
+            n, 0,
+            "{what} {scope}: the OS's setfiles would relabel:\n{out}"
+        );
+    }
+}
+
+/// [`assert_labelled_by`] the policy of the good run's OS tree.
+fn assert_labelled(b: &Built, what: &str) {
+    assert_labelled_by(&buildroot_of(own()), b, what);
 }
 
 #[test]
 fn the_os_setfiles_would_relabel_nothing() {
     let b = own();
+    assert_labelled(b, "own");
     assert!(
         b.log.contains("SELinux: labelled with the OS's policy "),
         "{}",
         b.log
     );
-    for (what, n, out) in relabel_counts(b, "own") {
-        eprintln!("{what}: the OS's setfiles -n would relabel {n} files");
-        assert_eq!(n, 0, "{what}: the OS's setfiles would relabel:\n{out}");
-    }
-    // The negative case: nothing of the OS ran on the host-deployed disk,
-    // and the same check finds its files unlabelled.
-    let host = relabel_counts(host(), "host");
-    for (what, n, _) in &host {
-        eprintln!("host-deployed {what}: would relabel {n} files");
-    }
-    let boot = host.iter().find(|(w, _, _)| *w == "/boot").unwrap();
+}
+
+#[test]
+fn the_host_deployed_disk_is_labelled_by_the_os_setfiles() {
+    // --deploy-ostree host: this machine's ostree (no SELinux here, so it
+    // labels nothing it makes) lays the OS down, and the OS's own setfiles,
+    // from its buildroot, labels it all the same.
+    let b = host();
+    assert_labelled(b, "host");
     assert!(
-        boot.1 > 0,
-        "the check found nothing to relabel on an unlabelled /boot"
+        b.log.contains("SELinux: labelled with the OS's policy "),
+        "{}",
+        b.log
     );
+}
+
+#[test]
+fn a_label_removed_from_one_file_fails_the_checks() {
+    // A private copy of a good disk, one ref file of its sysroot repo
+    // stripped of its label (as ostree leaves what it makes on a host
+    // without SELinux): both checks name that file, and only it.
+    let b = own();
+    let copy = copy_raw(b, "metal", "unlabel");
+    let dir = b.root.join("mnt-unlabel");
+    let gone = {
+        let rw = common::labels::RwMount::raw_root(&copy, &dir.join("rw"));
+        let refs = common::labels::files_under(&rw.0.join("ostree/repo/refs"));
+        let f = refs.first().expect("no ref file in the sysroot repo");
+        common::labels::remove_context(f);
+        assert_eq!(common::labels::context(f), None);
+        common::labels::node_path(&rw.0, f)
+    };
+    let m = metal_of(&copy, &dir, true);
+    assert_eq!(unlabelled_of(&m), vec![gone.clone()]);
+    let scopes = relabel_scopes(&buildroot_of(b), &m);
+    for (scope, n, out) in &scopes {
+        eprintln!("one label removed, {scope}: would relabel {n}:\n{out}");
+    }
+    let (_, n, out) = scopes.iter().find(|s| s.0 == "physical root").unwrap();
+    assert_eq!(*n, 1, "{out}");
+    assert!(
+        out.contains(&format!("/run/t{gone} from <no context> to ")),
+        "{out}"
+    );
+    assert!(scopes.iter().all(|s| s.0 == "physical root" || s.1 == 0));
+    drop(m);
+    std::fs::remove_file(&copy).ok();
 }
 
 fn check_composefs_boot(r: &boot::BootResult, platform: &str) {
@@ -419,9 +540,7 @@ fn the_vm_backend_runs_the_os_tools_and_its_metal_boots_on_composefs() {
         .deployment
         .join(".ostree.cfs")
         .is_file());
-    for (at, n, out) in relabel_counts(b, "nokvm") {
-        assert_eq!(n, 0, "setfiles would relabel {n} files in {at}:\n{out}");
-    }
+    assert_labelled(b, "nokvm");
     boots_on_composefs(b, "metal", Firmware::Bios, "nokvm");
 }
 
@@ -930,6 +1049,7 @@ fn a_chunked_os_image_lays_down_with_a_ref_per_layer_and_boots_on_composefs() {
     // (the repo holds the mount busy while open)
     drop(repo);
     drop(m);
+    assert_labelled(b, "chunked");
     // Judged by the OS's prepare-root, on the firmware the unchunked
     // image's metal does not boot under.
     boots_on_composefs(b, "metal", Firmware::Uefi, "chunked");
@@ -1138,6 +1258,8 @@ fn a_node_image_lays_down_as_a_node_would_have_it() {
         "the base policy agrees with the node's rule:\n{out}"
     );
     drop(m);
+    // Every entry of the disk, by the policy the node image ends with.
+    assert_labelled_by(&merged_policy, b, "node");
     // The check bites: imported for an ostree before 2024.3 (Debian 12's
     // libostree, this program's before this change), the /var the node
     // image emptied lands in /usr/share/factory/var.
@@ -1247,10 +1369,7 @@ fn a_chunkah_image_with_no_ostree_commit_lays_down_and_boots_on_composefs() {
     // The disk's own judges.
     assert!(m.deployment.join(".ostree.cfs").is_file());
     drop(m);
-    for (what, n, out) in relabel_counts(b, "chunkah") {
-        eprintln!("chunkah {what}: the OS's setfiles -n would relabel {n} files");
-        assert_eq!(n, 0, "{what}: the OS's setfiles would relabel:\n{out}");
-    }
+    assert_labelled(b, "chunkah");
     boots_on_composefs(b, "qemu", Firmware::Bios, "chunkah");
 
     // The check bites: a repo with only the merge commit lacks every

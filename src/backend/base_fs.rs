@@ -1,7 +1,10 @@
 //! The base disk's file, its GPT and its root and boot filesystems (made
-//! with the OS's mkfs options for its kernel), mounted for the deploy. In:
-//! the job's sizes; out: the open disk file, its layout and the mounts.
+//! with the OS's mkfs options for its kernel), mounted for the deploy, the
+//! empty root labelled before the boot filesystem covers its mount point.
+//! In: the job's sizes, the OS's labeller; out: the open disk file, its
+//! layout and the mounts.
 use super::job::*;
+use crate::disk::selinux::Labeller;
 use crate::disk::{
     gpt,
     layout::{Layout, DISK_GUID},
@@ -34,12 +37,20 @@ impl DiskJob {
     }
 
     /// The root and boot filesystems made (the OS's mkfs options for its
-    /// kernel) and mounted: root at `mnt`, boot at `mnt/boot`.
+    /// kernel) and mounted: root at `mnt`, boot at `mnt/boot`. With the
+    /// OS's `labeller`, the empty root, its `/boot` directory included, is
+    /// labelled in between (osbuild's `org.osbuild.selinux` on the tree
+    /// before `ostree admin init-fs`; cosa labels the root filesystem with
+    /// boot unmounted "because we want to label the directory mount
+    /// point"): once boot is mounted, that directory is out of reach, and
+    /// a node's `/sysroot/boot` would have no label. Returns the mounts and
+    /// how many files were labelled.
     pub(super) fn make_filesystems(
         &self,
         path: &Path,
         layout: &Layout,
-    ) -> Result<(Mounted, Mounted)> {
+        labeller: Option<&Labeller>,
+    ) -> Result<(Mounted, Mounted, usize)> {
         let root_p = layout.part("root").clone();
         let boot_p = layout.part("boot").clone();
         let kernel = &self.kernel_version;
@@ -53,7 +64,11 @@ impl DiskJob {
         let mnt = self.work.join("mnt");
         let root_m = Mounted::new(root_dev, &mnt, "xfs", ROOT_MOUNT_OPTIONS)?;
         std::fs::create_dir_all(mnt.join("boot"))?;
+        let labelled = match labeller {
+            Some(l) => l.label(root_m.path(), "/")?,
+            None => 0,
+        };
         let boot_m = Mounted::new(boot_dev, &mnt.join("boot"), "ext4", "rw")?;
-        Ok((root_m, boot_m))
+        Ok((root_m, boot_m, labelled))
     }
 }

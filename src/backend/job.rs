@@ -59,12 +59,23 @@ pub struct DiskJob {
     /// platform's grub.cfg, unless bootupd's static configs make it.
     #[serde(default)]
     pub grub_script: Option<String>,
-    /// The OS's buildroot, when its own ostree deploys it.
+    /// The OS's own tools, when a buildroot of its tree runs here: its
+    /// setfiles labels the disk, and its ostree lays the OS down unless
+    /// this machine's (or the VM's) does.
     #[serde(default)]
-    pub buildroot: Option<crate::oscontainer::buildroot::Buildroot>,
+    pub buildroot: Option<OsTools>,
     /// The image and layer refs to give the sysroot repo (ostree-native).
     #[serde(default)]
     pub image_refs: Option<crate::oscontainer::ImageRefs>,
+}
+
+/// The OS's programs the job runs, from a buildroot of the OS tree.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OsTools {
+    pub buildroot: crate::oscontainer::buildroot::Buildroot,
+    /// Its ostree lays the OS down (`--deploy-ostree os`); else this
+    /// machine's (the VM's) does, and the buildroot serves its setfiles.
+    pub deploys: bool,
 }
 
 /// bootupd's part of the job (see [`bootupd`]).

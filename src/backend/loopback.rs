@@ -47,13 +47,14 @@ impl DiskJob {
         Ok(out)
     }
 
-    /// The OS's SELinux labeller, when its own tools deploy it and it ships
-    /// a policy and setfiles (else the run says why nothing is labelled).
+    /// The OS's SELinux labeller, when the job has the OS's buildroot
+    /// (whichever ostree deploys) and it ships a policy and setfiles (else
+    /// the run says why nothing is labelled).
     fn labeller(&self, r: &Reporter) -> Result<Option<Labeller<'_>>> {
-        let Some(b) = &self.buildroot else {
+        let Some(t) = &self.buildroot else {
             return Ok(None);
         };
-        Ok(match Labeller::new(b)? {
+        Ok(match Labeller::new(&t.buildroot)? {
             Ok(l) => Some(l),
             Err(why) => {
                 r.note(&format!("SELinux: nothing labelled: {why}"));
@@ -71,13 +72,12 @@ impl DiskJob {
     }
 
     /// GPT, filesystems, deployment, bootloaders.
-    /// GPT, filesystems, deployment, bootloaders.
     fn build_base(&self, r: &Reporter, labeller: Option<&Labeller>) -> Result<DiskOutput> {
         let d = &self.disk;
         let step = r.step("base disk");
         let path = self.work.join("base.raw");
         let (file, layout) = self.partition(&path)?;
-        let (root_m, boot_m) = self.make_filesystems(&path, &layout)?;
+        let (root_m, boot_m, first) = self.make_filesystems(&path, &layout, labeller)?;
         let dep = self.deploy_os(root_m.path(), labeller)?;
         cancel::check()?;
         let tree = root_m.path().join(&dep.deploy_dir);
@@ -87,7 +87,7 @@ impl DiskJob {
         // /boot last, once everything on it is written (osbuild's
         // org.osbuild.ostree.selinux labels /boot after the deploy).
         if let Some(l) = labeller {
-            label_boot(l, &boot, &dep, r)?;
+            label_boot(l, &boot, first, &dep, r)?;
         }
         // The extents of the ostree objects, now that nothing else writes
         // to root and boot (the osmet files are packed from them).
@@ -135,7 +135,7 @@ impl DiskJob {
     }
 
     /// The OS deployed on the mounted root at `root`, by the OS's own
-    /// ostree when the job has its buildroot.
+    /// ostree when the job's buildroot is there to deploy.
     fn deploy_os(&self, root: &Path, labeller: Option<&Labeller>) -> Result<deploy::Deployed> {
         let d = &self.disk;
         deploy::deploy(
@@ -150,8 +150,8 @@ impl DiskJob {
                 platforms_json: self.platforms_json.as_deref(),
                 zipl: crate::platforms::arch_boot(&d.arch).zipl,
                 tool: match &self.buildroot {
-                    Some(b) => deploy::Tool::Os(b),
-                    None => deploy::Tool::Host,
+                    Some(t) if t.deploys => deploy::Tool::Os(&t.buildroot),
+                    _ => deploy::Tool::Host,
                 },
                 labeller,
                 image_refs: self.image_refs.as_ref(),
@@ -160,14 +160,21 @@ impl DiskJob {
     }
 }
 
-/// Label `/boot` with the OS's policy, and say what was labelled.
-fn label_boot(l: &Labeller, boot: &Path, dep: &deploy::Deployed, r: &Reporter) -> Result<()> {
+/// Label `/boot` with the OS's policy, and say what was labelled (`first`:
+/// files of the empty physical root, before the deploy).
+fn label_boot(
+    l: &Labeller,
+    boot: &Path,
+    first: usize,
+    dep: &deploy::Deployed,
+    r: &Reporter,
+) -> Result<()> {
     let n = l.label(boot, "/boot")?;
-    let mut done: Vec<String> = dep
-        .labelled
-        .iter()
-        .map(|(at, n)| format!("{at} {n}"))
-        .collect();
+    let mut done = vec![format!("/ before the deploy {first}")];
+    done.extend(dep.labelled.iter().map(|(at, n)| match at.as_str() {
+        "/" => format!("/ after it {n}"),
+        _ => format!("{at} {n}"),
+    }));
     done.push(format!("/boot {n}"));
     r.note(&format!(
         "SELinux: labelled with the OS's policy {} and setfiles (files per tree: {})",

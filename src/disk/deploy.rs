@@ -1,5 +1,5 @@
 //! The ostree deployment on a mounted root (boot filesystem mounted at
-//! `<root>/boot`), in the order of SPEC 2: init-fs, os-init, repo config,
+//! `<root>/boot`), in the order of docs/contract.md §2: init-fs, os-init, repo config,
 //! `/boot/efi`, the `ignition.firstboot` stamp, deploy with kargs, aleph
 //! version file, `platforms.json`.
 use crate::oscontainer::buildroot::{Bind, Buildroot, BIND_ROOT};
@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The stamp file GRUB looks for on the boot filesystem (SPEC 2).
+/// The stamp file GRUB looks for on the boot filesystem (docs/contract.md §2).
 pub const FIRSTBOOT_STAMP: &str = "ignition.firstboot";
 /// The aleph version file at the root of the root filesystem, as osbuild's
 /// `org.osbuild.ostree.aleph` names it (`ALEPH_FILENAME`)...
@@ -18,14 +18,10 @@ pub const ALEPH: &str = ".aleph-version.json";
 pub const ALEPH_COREOS: &str = ".coreos-aleph-version.json";
 /// Where platforms.json goes on the boot filesystem.
 pub const BOOT_PLATFORMS_JSON: &str = "coreos/platforms.json";
-/// Subtrees of the physical root that are not labelled as part of it: the
-/// deployment (labels from the commit) and the boot filesystem (labelled
-/// on its own).
-pub const PHYSICAL_ROOT_OWN_LABELS: [&str; 2] = ["/ostree", "/boot"];
 /// Set on the sysroot repo of every arch but s390x (cosa).
 pub const BLS_APPEND_EXCEPT_DEFAULT: (&str, &str) =
     ("sysroot.bls-append-except-default", "grub_users=\"\"");
-/// Repo configuration set on the sysroot repo (SPEC 2).
+/// Repo configuration set on the sysroot repo (docs/contract.md §2).
 pub const REPO_CONFIG: [(&str, &str); 3] = [
     ("sysroot.readonly", "true"),
     ("sysroot.bootloader", "none"),
@@ -48,9 +44,11 @@ pub struct Deploy<'a> {
     pub zipl: bool,
     /// Whose ostree lays the OS down.
     pub tool: Tool<'a>,
-    /// The OS's SELinux labeller: the physical root before init-fs, the
-    /// deployment's `/etc` and the stateroot's `/var` after the deploy
-    /// (`/boot` is the caller's, once it has written everything there).
+    /// The OS's SELinux labeller: the deployment's `/etc`, the
+    /// stateroot's `/var` and then the whole physical root after the
+    /// deploy (the empty physical root before init-fs, with the boot
+    /// filesystem's mount point, and `/boot`, once everything is written
+    /// there, are the caller's).
     pub labeller: Option<&'a super::selinux::Labeller<'a>>,
     /// The image's refs, as a node that pulled it holds them (ostree-native).
     pub image_refs: Option<&'a crate::oscontainer::ImageRefs>,
@@ -184,7 +182,7 @@ pub struct Deployed {
     pub deploy_dir: PathBuf,
     /// The BLS entries ostree wrote, relative to the boot filesystem.
     pub entries: Vec<PathBuf>,
-    /// Files labelled per tree (`/`, `/etc`, `/var`).
+    /// Files labelled per tree (`/etc`, `/var`, `/`: the physical root).
     pub labelled: Vec<(String, usize)>,
 }
 
@@ -241,10 +239,6 @@ pub fn deployment_root(root: &Path) -> Result<PathBuf> {
 pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
     let t = Runner::new(d.tool, root, d.source_repo);
     let mut labelled = Vec::new();
-    // osbuild's org.osbuild.selinux on the (still empty) physical root.
-    if let Some(l) = d.labeller {
-        labelled.push(("/".to_string(), l.label(root, "/")?));
-    }
     init_sysroot(&t, d)?;
     crate::util::cancel::check()?;
     pull_commit(&t, d)?;
@@ -260,14 +254,11 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
         label_deployment(l, &dep, &mut labelled)?;
     }
     write_root_files(root, &boot, d)?;
-    // What we wrote at the top of the physical root (the aleph file):
-    // labelled like the rest of it (`/ostree` holds the deployment, whose
-    // labels come from the commit; `/boot` is labelled on its own).
+    // Everything ostree and we made on the physical root (`/ostree`, the
+    // repo, its config and refs, the origin file, the aleph file), now
+    // that nothing else is written there: ostree labelled none of it.
     if let Some(l) = d.labeller {
-        let n = l.setfiles(root, "/", &PHYSICAL_ROOT_OWN_LABELS, false)?;
-        if let Some(e) = labelled.first_mut() {
-            e.1 += n;
-        }
+        labelled.push(("/".to_string(), l.label_physical_root(root)?));
     }
     let entries = bls_entries(&boot)?;
     if entries.is_empty() {
@@ -281,7 +272,7 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
 }
 
 /// `ostree admin init-fs` and `os-init`, then the sysroot repo's
-/// configuration (SPEC 2).
+/// configuration (docs/contract.md §2).
 fn init_sysroot(t: &Runner, d: &Deploy) -> Result<()> {
     cmd::run(&mut t.ostree(vec![
         "admin".into(),
@@ -370,14 +361,27 @@ fn deploy_commit(root: &Path, boot: &Path, t: &Runner, d: &Deploy) -> Result<()>
     Ok(())
 }
 
-/// Label the deployment `dep`'s `/etc` and its stateroot's `/var`; the
-/// counts go to `labelled`.
+/// What an ostree writes into a deployment that its commit does not carry
+/// (the composefs image, `ostree admin deploy` since 2025.1): no file
+/// object, so labelled by path like the rest of what ostree makes.
+const DEPLOYMENT_FILES_OF_OSTREE: [&str; 1] = [".ostree.cfs"];
+
+/// Label the deployment `dep`'s `/etc`, what ostree wrote into it besides
+/// the commit, and its stateroot's `/var`; the counts go to `labelled`.
 fn label_deployment(
     l: &super::selinux::Labeller<'_>,
     dep: &Path,
     labelled: &mut Vec<(String, usize)>,
 ) -> Result<()> {
     labelled.push(("/etc".into(), l.label(&dep.join("etc"), "/etc")?));
+    for f in DEPLOYMENT_FILES_OF_OSTREE {
+        let p = dep.join(f);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            let at = format!("/{f}");
+            let n = l.label(&p, &at)?;
+            labelled.push((at, n));
+        }
+    }
     let var = dep
         .parent()
         .and_then(Path::parent)

@@ -6,6 +6,7 @@
 pub mod boot;
 pub mod faults;
 pub mod guards;
+pub mod labels;
 pub mod scratch;
 pub mod tekton;
 #[allow(unused_imports)] // not every target uses every guard

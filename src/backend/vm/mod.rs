@@ -66,10 +66,10 @@ pub fn run(
 ) -> Result<DiskOutput> {
     // The OS's buildroot (its tools run in the VM as they would here),
     // shared read-only at the same path.
-    let buildroot_dir = job
-        .buildroot
-        .as_ref()
-        .map(|b| b.dir.parent().unwrap_or(&b.dir).to_path_buf());
+    let buildroot_dir = job.buildroot.as_ref().map(|t| {
+        let b = &t.buildroot;
+        b.dir.parent().unwrap_or(&b.dir).to_path_buf()
+    });
     check_shareable(job, buildroot_dir.as_deref())?;
     let exe = std::env::current_exe().context("finding this program")?;
     let app = appliance(&cache_dir.join("appliance"), &exe, &job_packages(job)?, r)?;

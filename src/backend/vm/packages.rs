@@ -112,7 +112,11 @@ pub fn job_packages(job: &DiskJob) -> Result<Vec<String>> {
     if crate::platforms::arch_boot(&job.disk.arch).zipl && std::env::consts::ARCH != "s390x" {
         v.push("qemu-user-static".to_string());
     }
-    if let Some(e) = job.buildroot.as_ref().and_then(|b| b.emulator.as_ref()) {
+    if let Some(e) = job
+        .buildroot
+        .as_ref()
+        .and_then(|t| t.buildroot.emulator.as_ref())
+    {
         let real = std::fs::canonicalize(e).unwrap_or_else(|_| e.clone());
         match owner_packages(&[real])?.into_iter().next() {
             Some(p) if !v.contains(&p) => v.push(p),
