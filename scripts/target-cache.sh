@@ -179,6 +179,10 @@ save() {
   if [ -d "$cache" ] && { [ -e "$cache/ADDING" ] || [ ! -d "$cache/release/.fingerprint" ]; }; then
     say "replacing the half-written entry $cache"
     rm -rf "$cache"
+  elif [ -f "$cache/MANIFEST" ] && ! diff -q <(manifest_of "$cache") "$cache/MANIFEST" >/dev/null; then
+    # Restore skips it: left as it is, every run would compile cold.
+    say "replacing the corrupt entry $cache (its files differ from its MANIFEST)"
+    rm -rf "$cache"
   fi
   local pkg own added=0 d f
   tmp=$(mktemp -d "$base/.save-XXXXXX")

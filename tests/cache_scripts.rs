@@ -94,21 +94,37 @@ impl Clone {
         assert!(!rel.join(".fingerprint/bootimage-gen-feed0001").exists());
         self.assert_no_staging();
     }
+    /// Forgets target/ and restores: a cold compile, said in one line,
+    /// and nothing restored.
+    fn assert_restore_is_cold(&self) -> String {
+        if self.dir.join("target").exists() {
+            self.forget_target();
+        }
+        let err = self.ok("restore");
+        assert_eq!(lines_with(&err, "cold compile").len(), 1, "{err}");
+        self.assert_nothing_restored();
+        err
+    }
     fn assert_nothing_restored(&self) {
         assert!(!self.rel().exists(), "a target/release appeared");
         self.assert_no_staging();
     }
     fn assert_no_staging(&self) {
-        let left: Vec<_> = fs::read_dir(self.dir.join("target"))
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with(".restore-"))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let left = names_starting(&self.dir.join("target"), ".restore-");
         assert!(left.is_empty(), "restore left {left:?} behind");
     }
+}
+
+/// The names in `dir` (none if it is missing) that start with `prefix`.
+fn names_starting(dir: &Path, prefix: &str) -> Vec<String> {
+    fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The cache root's entries (key directories).
@@ -137,11 +153,8 @@ fn lines_with<'a>(s: &'a str, word: &str) -> Vec<&'a str> {
 fn missing_root_is_a_cold_compile_said_in_one_line() {
     let d = tempfile::tempdir().unwrap();
     let c = clone(&d.path().join("clone"), &d.path().join("no/such/root"));
-    c.forget_target();
-    let err = c.ok("restore");
-    assert_eq!(lines_with(&err, "cold compile").len(), 1, "{err}");
+    let err = c.assert_restore_is_cold();
     assert_eq!(err.lines().count(), 1, "{err}");
-    c.assert_nothing_restored();
     assert!(!d.path().join("no").exists(), "restore made the root");
 }
 
@@ -174,10 +187,7 @@ fn empty_directory_root_restores_nothing() {
     let root = d.path().join("root");
     fs::create_dir_all(&root).unwrap();
     let c = clone(&d.path().join("clone"), &root);
-    c.forget_target();
-    let err = c.ok("restore");
-    assert_eq!(lines_with(&err, "cold compile").len(), 1, "{err}");
-    c.assert_nothing_restored();
+    c.assert_restore_is_cold();
 }
 
 #[test]
@@ -210,20 +220,16 @@ fn a_corrupt_entry_is_skipped_and_nothing_half_restored() {
     let e = one_entry(&root);
     // A file cut short (a disk that filled, a crash of the filesystem).
     fs::write(e.join("release/deps/libfoo-0123abcd.rlib"), "foo").unwrap();
-    c.forget_target();
-    let err = c.ok("restore");
+    let err = c.assert_restore_is_cold();
     assert!(err.contains("files differ from its MANIFEST"), "{err}");
-    assert_eq!(lines_with(&err, "cold compile").len(), 1, "{err}");
-    c.assert_nothing_restored();
-    // The next save does not take the corrupt entry for a whole one: the
-    // corrupt file is still named in the MANIFEST, so restore keeps
-    // refusing it until the entry is rebuilt; a rebuilt one restores.
-    fs::remove_dir_all(&e).unwrap();
-    let c2 = clone(&d.path().join("clone"), &root);
-    c2.ok("save");
-    c2.forget_target();
-    c2.ok("restore");
-    c2.assert_restored();
+    // The next save replaces it (else every run would compile cold), and
+    // the new entry restores.
+    let c = clone(&d.path().join("clone"), &root);
+    let saved = c.ok("save");
+    assert!(saved.contains("replacing the corrupt entry"), "{saved}");
+    c.forget_target();
+    c.ok("restore");
+    c.assert_restored();
 }
 
 #[test]
@@ -264,10 +270,7 @@ fn foreign_files_in_the_root_are_left_alone() {
     fs::write(root.join("README"), "someone else's").unwrap();
     fs::write(root.join("not-an-entry/sub/file"), "x").unwrap();
     let c = clone(&d.path().join("clone"), &root);
-    c.forget_target();
-    let err = c.ok("restore");
-    assert_eq!(lines_with(&err, "cold compile").len(), 1, "{err}");
-    c.assert_nothing_restored();
+    c.assert_restore_is_cold();
     let c = clone(&d.path().join("clone"), &root);
     c.ok("save");
     assert!(root.join("README").is_file() && root.join("not-an-entry/sub/file").is_file());
@@ -327,12 +330,7 @@ fn two_runs_at_once() {
             );
         }
         let e = one_entry(&root);
-        let nested: Vec<_> = fs::read_dir(&e)
-            .unwrap()
-            .filter_map(|x| x.ok())
-            .map(|x| x.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(".save-"))
-            .collect();
+        let nested = names_starting(&e, ".save-");
         assert!(nested.is_empty(), "round {round}: {nested:?} inside {e:?}");
         assert!(e.join("MANIFEST").is_file());
     }
@@ -356,12 +354,7 @@ fn two_runs_at_once() {
     );
     b.assert_restored();
     assert_eq!(entries(&root).len(), 2);
-    let left: Vec<_> = fs::read_dir(&root)
-        .unwrap()
-        .filter_map(|x| x.ok())
-        .map(|x| x.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".save-"))
-        .collect();
+    let left = names_starting(&root, ".save-");
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -427,12 +420,7 @@ fn keyed(root: &Path, key: &str, env: &[(&str, &str)]) -> (bool, String, String)
 }
 
 fn builds(root: &Path) -> Vec<String> {
-    fs::read_dir(root)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".build-"))
-        .collect()
+    names_starting(root, ".build-")
 }
 
 #[test]
