@@ -48,12 +48,16 @@ fn flags(reg: &Registry, password: &str) -> Vec<String> {
 }
 
 fn push(reg: &Registry, dir: &Path, tag: &str, extra: &[&str]) -> Output {
+    push_env(reg, dir, tag, extra, &[])
+}
+
+fn push_env(reg: &Registry, dir: &Path, tag: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let r = format!("{}/ocp/bootimages:{tag}", reg.host());
     let f = flags(reg, "s3cret");
     let mut a: Vec<&str> = vec!["push", dir.to_str().unwrap(), &r];
     a.extend(f.iter().map(String::as_str));
     a.extend(extra);
-    tool(&a, &[])
+    tool(&a, env)
 }
 
 fn pull(reg: &Registry, reference: &str, out: &Path, extra: &[&str]) -> Output {
@@ -435,45 +439,804 @@ fn sh_ok(script: &str, dir: &Path) {
     assert!(o.status.success(), "{script}: {}{}", stdout(&o), stderr(&o));
 }
 
-/// Two pushes into one tag at the same time (eight rounds): the index
-/// always holds both (a stream each).
-#[test]
-fn racing_pushes_into_one_tag_both_land() {
+/// One run's output for the fan-in tests: its directory, how it is pushed
+/// (`--stream`), the (arch, stream) it lands under in the index, and its
+/// meta.json and stream.json.
+struct RunDir {
+    dir: PathBuf,
+    stream_flag: Option<&'static str>,
+    arch: String,
+    stream: String,
+    meta: Value,
+    stream_doc: Value,
+}
+
+impl RunDir {
+    fn of(dir: PathBuf, stream_flag: Option<&'static str>) -> RunDir {
+        let meta: Value = serde_json::from_slice(&read(&dir.join("meta.json"))).unwrap();
+        let stream_doc: Value = serde_json::from_slice(&read(&dir.join("stream.json"))).unwrap();
+        RunDir {
+            arch: meta["coreos-assembler.basearch"].as_str().unwrap().into(),
+            stream: stream_flag
+                .map(String::from)
+                .unwrap_or_else(|| stream_doc["stream"].as_str().unwrap().into()),
+            dir,
+            stream_flag,
+            meta,
+            stream_doc,
+        }
+    }
+
+    fn push(&self, reg: &Registry, tag: &str) -> Output {
+        self.push_at(reg, tag, None)
+    }
+
+    /// Pushed, entering the fan-in (its last check, its part's tag, the
+    /// index) at `at` (milliseconds since the epoch) when given.
+    fn push_at(&self, reg: &Registry, tag: &str, at: Option<u128>) -> Output {
+        let extra: Vec<&str> = self
+            .stream_flag
+            .map(|s| vec!["--stream", s])
+            .unwrap_or_default();
+        let at = at.map(|t| t.to_string());
+        let env: Vec<(&str, &str)> = at
+            .iter()
+            .map(|t| ("BOOTIMAGE_GEN_FANIN_AT", t.as_str()))
+            .collect();
+        push_env(reg, &self.dir, tag, &extra, &env)
+    }
+
+    /// The images keys (platforms) of its meta.json.
+    fn platforms(&self) -> Vec<&str> {
+        self.meta["images"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Its part tag under `tag` (fanin.rs `part_tag`).
+    fn part_tag(&self, tag: &str) -> String {
+        let mut p = self.platforms();
+        p.sort_unstable();
+        format!("{tag}.part.{}.{}.{}", self.arch, self.stream, p.join("_"))
+    }
+}
+
+/// A run made from `built()`'s output, as another machine's run of the
+/// same release would be: the images `keep` takes (hard links), meta.json
+/// and stream.json narrowed to them, then `edit`ed (meta.json, stream.json).
+fn derived_run(
+    name: &str,
+    keep: impl Fn(&str) -> bool,
+    edit: impl Fn(&mut Value, &mut Value),
+) -> RunDir {
     let b = built();
+    let dir = b.root.join("fanin").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut meta = b.meta.clone();
+    let imgs = meta["images"].as_object_mut().unwrap();
+    imgs.retain(|k, _| keep(k));
+    let kept: std::collections::BTreeSet<String> = imgs
+        .values()
+        .map(|i| i["path"].as_str().unwrap().to_string())
+        .collect();
+    for f in &kept {
+        std::fs::hard_link(b.out.join(f), dir.join(f)).unwrap();
+    }
+    let mut stream: Value = serde_json::from_slice(&read(&b.out.join("stream.json"))).unwrap();
+    for a in stream["architectures"]
+        .as_object_mut()
+        .unwrap()
+        .values_mut()
+    {
+        let arts = a["artifacts"].as_object_mut().unwrap();
+        for p in arts.values_mut() {
+            let formats = p["formats"].as_object_mut().unwrap();
+            for kinds in formats.values_mut() {
+                kinds
+                    .as_object_mut()
+                    .unwrap()
+                    .retain(|_, f| kept.contains(f["location"].as_str().unwrap()));
+            }
+            formats.retain(|_, k| !k.as_object().unwrap().is_empty());
+        }
+        arts.retain(|_, p| !p["formats"].as_object().unwrap().is_empty());
+    }
+    edit(&mut meta, &mut stream);
+    for (f, v) in [("meta.json", &meta), ("stream.json", &stream)] {
+        std::fs::write(dir.join(f), serde_json::to_vec_pretty(v).unwrap()).unwrap();
+    }
+    RunDir::of(dir, None)
+}
+
+/// The runs the fan-in tests push, made once from `built()`.
+struct Splits {
+    /// The metal disk and the live files (stream platform `metal`), and
+    /// every other platform, with its own build time: one build's runs
+    /// split by platform group.
+    metal: RunDir,
+    rest: RunDir,
+    /// The same run as aarch64 (meta.json's basearch, stream.json's arch).
+    arm: RunDir,
+    /// `rest` of another build of the same arch and stream (another OS
+    /// commit and version).
+    other_build: RunDir,
+    /// One platform of `metal` as another file (one byte more).
+    changed: RunDir,
+}
+
+fn splits() -> &'static Splits {
+    static S: OnceLock<Splits> = OnceLock::new();
+    S.get_or_init(|| {
+        let b = built();
+        let is_metal = |k: &str| k.starts_with("metal") || k.starts_with("live-");
+        let metal = derived_run("metal", is_metal, |_, _| {});
+        let later = |m: &mut Value, s: &mut Value| {
+            // Another machine's run: built a minute later.
+            m["coreos-assembler.build-timestamp"] = "2030-01-01T00:01:00Z".into();
+            s["metadata"]["last-modified"] = "2030-01-01T00:01:00Z".into();
+        };
+        let rest = derived_run("rest", |k| !is_metal(k), later);
+        assert!(
+            !metal.platforms().is_empty() && !rest.platforms().is_empty(),
+            "{:?}",
+            b.meta["images"]
+        );
+        let arm = derived_run(
+            "aarch64",
+            |_| true,
+            |m, s| {
+                m["coreos-assembler.basearch"] = "aarch64".into();
+                let a = s["architectures"].as_object_mut().unwrap();
+                let x = a.remove("x86_64").unwrap();
+                a.insert("aarch64".into(), x);
+            },
+        );
+        let other_build = derived_run(
+            "other-build",
+            |k| !is_metal(k),
+            |m, s| {
+                m["ostree-commit"] = "f".repeat(64).into();
+                m["ostree-version"] = "9.9.other".into();
+                m["buildid"] = "9.9.other".into();
+                for a in s["architectures"].as_object_mut().unwrap().values_mut() {
+                    for p in a["artifacts"].as_object_mut().unwrap().values_mut() {
+                        p["release"] = "9.9.other".into();
+                    }
+                }
+            },
+        );
+        // The smallest metal-group file, one byte longer.
+        let (key, file) = metal.meta["images"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, i)| (k.clone(), i["path"].as_str().unwrap().to_string()))
+            .min_by_key(|(_, f)| std::fs::metadata(b.out.join(f)).unwrap().len())
+            .unwrap();
+        let changed = derived_run("changed", |k| k == key, |_, _| {});
+        let p = changed.dir.join(&file);
+        let mut bytes = read(&p);
+        std::fs::remove_file(&p).unwrap();
+        bytes.push(0);
+        std::fs::write(&p, &bytes).unwrap();
+        let sha = sha256_file(&p);
+        let old = changed.meta["images"][&key]["sha256"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for f in ["meta.json", "stream.json"] {
+            let t = String::from_utf8(read(&changed.dir.join(f))).unwrap();
+            std::fs::write(changed.dir.join(f), t.replace(&old, &sha)).unwrap();
+        }
+        let changed = RunDir::of(changed.dir, None);
+        Splits {
+            metal,
+            rest,
+            arm,
+            other_build,
+            changed,
+        }
+    })
+}
+
+/// A blob (or manifest) of the test registry, from its storage.
+fn stored(reg: &Registry, digest: &str) -> Vec<u8> {
+    let hex = digest.trim_start_matches("sha256:");
+    read(&reg.dir.path().join(format!(
+        "storage/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    )))
+}
+
+/// The digest the tag names in the test registry's storage, if any.
+fn tag_digest(reg: &Registry, tag: &str) -> Option<String> {
+    std::fs::read_to_string(reg.dir.path().join(format!(
+        "storage/docker/registry/v2/repositories/ocp/bootimages/_manifests/tags/{tag}/current/link"
+    )))
+    .ok()
+}
+
+/// The tags of the test registry beginning with `prefix`.
+fn tags_with(reg: &Registry, prefix: &str) -> Vec<String> {
+    let d = reg
+        .dir
+        .path()
+        .join("storage/docker/registry/v2/repositories/ocp/bootimages/_manifests/tags");
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .map(|r| {
+            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|t| t.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The index at a tag, from storage (no entries when there is none).
+fn index_at(reg: &Registry, tag: &str) -> Value {
+    match tag_digest(reg, tag) {
+        Some(d) => serde_json::from_slice(&stored(reg, &d)).unwrap(),
+        None => serde_json::json!({"manifests": []}),
+    }
+}
+
+/// The digest of the one layer of the artifact an index entry names.
+fn layer_of(reg: &Registry, e: &Value) -> String {
+    let m: Value = serde_json::from_slice(&stored(reg, e["digest"].as_str().unwrap())).unwrap();
+    m["layers"][0]["digest"].as_str().unwrap().to_string()
+}
+
+/// Every file of a stream document's arch: (platform, format, kind, sha256).
+fn stream_files(doc: &Value, arch: &str) -> std::collections::BTreeSet<[String; 4]> {
+    let mut v = std::collections::BTreeSet::new();
+    for (p, pa) in doc["architectures"][arch]["artifacts"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        for (f, kinds) in pa["formats"].as_object().unwrap() {
+            for (k, a) in kinds.as_object().unwrap() {
+                v.insert([
+                    p.clone(),
+                    f.clone(),
+                    k.clone(),
+                    a["sha256"].as_str().unwrap().to_string(),
+                ]);
+            }
+        }
+    }
+    v
+}
+
+/// What is wrong with `idx` as the fan-in of `runs` (nothing: empty): each
+/// run's every file once under its (arch, stream, platform), its layer that
+/// file; nothing else; per (arch, stream), one meta.json whose images are
+/// those of all its runs, and one stream.json with every file of all its
+/// runs.
+fn fan_in_problems(reg: &Registry, idx: &Value, runs: &[&RunDir]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    type Key = (String, String, String);
+    let ann = |e: &Value, k: &str| {
+        e["annotations"][format!("io.bootimage-gen.{k}")]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut have: BTreeMap<Key, Vec<&Value>> = BTreeMap::new();
+    for e in idx["manifests"].as_array().unwrap() {
+        have.entry((ann(e, "arch"), ann(e, "stream"), ann(e, "platform")))
+            .or_default()
+            .push(e);
+    }
+    let mut want: BTreeMap<Key, String> = BTreeMap::new();
+    let mut pairs: BTreeMap<(String, String), Vec<&RunDir>> = BTreeMap::new();
+    for r in runs {
+        for (k, img) in r.meta["images"].as_object().unwrap() {
+            want.insert(
+                (r.arch.clone(), r.stream.clone(), k.clone()),
+                format!("sha256:{}", img["sha256"].as_str().unwrap()),
+            );
+        }
+        pairs
+            .entry((r.arch.clone(), r.stream.clone()))
+            .or_default()
+            .push(r);
+    }
+    /// The one entry of `k`; else a problem said.
+    fn one<'a>(
+        have: &BTreeMap<Key, Vec<&'a Value>>,
+        k: &Key,
+        problems: &mut Vec<String>,
+    ) -> Option<&'a Value> {
+        match have.get(k).map(Vec::as_slice) {
+            Some([e]) => Some(*e),
+            got => {
+                problems.push(format!(
+                    "{}/{} {}: {} entries",
+                    k.0,
+                    k.1,
+                    k.2,
+                    got.map_or(0, <[_]>::len)
+                ));
+                None
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for (k, sha) in &want {
+        if let Some(e) = one(&have, k, &mut problems) {
+            let got = layer_of(reg, e);
+            if got != *sha {
+                problems.push(format!("{}/{} {}: file {got}, not {sha}", k.0, k.1, k.2));
+            }
+        }
+    }
+    for k in have.keys() {
+        let doc = k.2 == "meta" || k.2 == "stream";
+        let pushed = want.contains_key(k) || doc && pairs.contains_key(&(k.0.clone(), k.1.clone()));
+        if !pushed {
+            problems.push(format!("{}/{} {}: not pushed by these runs", k.0, k.1, k.2));
+        }
+    }
+    for ((arch, stream), rs) in &pairs {
+        let k = |p: &str| (arch.clone(), stream.clone(), p.to_string());
+        if let Some(e) = one(&have, &k("meta"), &mut problems) {
+            let m: Value = serde_json::from_slice(&stored(reg, &layer_of(reg, e))).unwrap();
+            let got: BTreeMap<&String, &Value> = m["images"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, i)| (k, &i["sha256"]))
+                .collect();
+            let mut w: BTreeMap<&String, &Value> = BTreeMap::new();
+            for r in rs {
+                w.extend(
+                    r.meta["images"]
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .map(|(k, i)| (k, &i["sha256"])),
+                );
+            }
+            if got != w {
+                problems.push(format!(
+                    "{arch}/{stream} meta.json: images {:?}, not {:?}",
+                    got.keys().collect::<Vec<_>>(),
+                    w.keys().collect::<Vec<_>>()
+                ));
+            }
+        }
+        if let Some(e) = one(&have, &k("stream"), &mut problems) {
+            let s: Value = serde_json::from_slice(&stored(reg, &layer_of(reg, e))).unwrap();
+            let got = stream_files(&s, arch);
+            let w: BTreeSet<[String; 4]> = rs
+                .iter()
+                .flat_map(|r| stream_files(&r.stream_doc, arch))
+                .collect();
+            if got != w {
+                let platforms = |v: &BTreeSet<[String; 4]>| {
+                    v.iter().map(|x| x[0].clone()).collect::<BTreeSet<_>>()
+                };
+                problems.push(format!(
+                    "{arch}/{stream} stream.json: {} files of platforms {:?}, not {} of {:?}",
+                    got.len(),
+                    platforms(&got),
+                    w.len(),
+                    platforms(&w)
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The index digest a push printed (`REPO:TAG@DIGEST (N entries)`).
+fn printed_digest(o: &Output) -> String {
+    let out = stdout(o);
+    out.split('@')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// How far apart (ms) the two pushes of each round enter the fan-in:
+/// at once, then one a little before the other, either way.
+const RACE_OFFSETS: [i64; 8] = [0, 0, 5, -5, 15, -15, 40, -40];
+
+/// Issue 43's fan-in check, for runs split one way (`what`): the two runs
+/// pushed one after the other (the reference), then 8 rounds of both at
+/// once, each into a tag of its own, entering the fan-in (the last check,
+/// the part's tag, the index) at one moment or `RACE_OFFSETS` apart
+/// (`BOOTIMAGE_GEN_FANIN_AT`), so their merges overlap. Every round: both
+/// pushes succeed, the index holds both runs whole (`fan_in_problems`:
+/// every file, one meta.json and stream.json per (arch, stream) holding
+/// both runs' platforms), is the reference index byte for byte (the same
+/// whatever the order or timing), and is what a push printed. Then a
+/// held round: one push stopped in its merge while the other is pushed
+/// whole, so that it writes a stale index after it; the index must again
+/// be the reference (it reads back and merges again).
+fn race_rounds(left: &RunDir, right: &RunDir, what: &str) {
     let reg = Registry::start(true);
-    // Blobs in the registry first, so each round is the index race alone.
-    let o = push(&reg, &b.out, "warm", &["--stream", "warm"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    for round in 0..8 {
+    // One after the other (this also puts every blob there, so each round
+    // below is the index race alone).
+    for r in [left, right] {
+        let o = r.push(&reg, "ref");
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+    }
+    // Each pushed again with its blobs there, as in the rounds: twice the
+    // slower sets how far ahead the rounds' moment is.
+    let mut lead = 0;
+    for r in [left, right] {
+        let t = now_ms();
+        let o = r.push(&reg, "warm");
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        lead = lead.max(2 * (now_ms() - t));
+    }
+    eprintln!("{what}: the rounds' pushes enter the fan-in {lead} ms after they start");
+    let reference = tag_digest(&reg, "ref").unwrap();
+    let mut problems: Vec<String> = fan_in_problems(&reg, &index_at(&reg, "ref"), &[left, right])
+        .into_iter()
+        .map(|p| format!("one after the other: {p}"))
+        .collect();
+    let mut lost = 0;
+    for (round, offset) in RACE_OFFSETS.into_iter().enumerate() {
         let tag = format!("race{round}");
+        let at = now_ms() + lead + 200;
+        let at_right = at.saturating_add_signed(offset.into());
         let (r1, r2) = std::thread::scope(|s| {
-            let a = s.spawn(|| push(&reg, &b.out, &tag, &["--stream", "left"]));
-            let c = s.spawn(|| push(&reg, &b.out, &tag, &["--stream", "right"]));
+            let a = s.spawn(|| left.push_at(&reg, &tag, Some(at)));
+            let c = s.spawn(|| right.push_at(&reg, &tag, Some(at_right)));
             (a.join().unwrap(), c.join().unwrap())
         });
         assert!(
             r1.status.success() && r2.status.success(),
-            "round {round}:\n{}\n{}\nthe registry's errors:\n{}",
+            "{what} round {round}:\n{}\n{}\nthe registry's errors:\n{}",
             stderr(&r1),
             stderr(&r2),
             std::fs::read_to_string(reg.dir.path().join("registry.log")).unwrap_or_default()
         );
-        let idx = skopeo_raw(&reg, &format!("ocp/bootimages:{tag}"), false);
-        let streams: std::collections::BTreeSet<&str> = idx["manifests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                e["annotations"]["io.bootimage-gen.stream"]
-                    .as_str()
-                    .unwrap()
-            })
+        let digest = tag_digest(&reg, &tag).unwrap();
+        let printed = [printed_digest(&r1), printed_digest(&r2)];
+        let mut p = fan_in_problems(&reg, &index_at(&reg, &tag), &[left, right]);
+        if digest != reference {
+            p.push(format!("index {digest}, not the reference {reference}"));
+        }
+        if !printed.contains(&digest) {
+            p.push(format!("index {digest}, the pushes printed {printed:?}"));
+        }
+        eprintln!(
+            "{what} round {round} ({offset:+} ms): printed {} and {}; index {}: {}",
+            short(&printed[0]),
+            short(&printed[1]),
+            short(&digest),
+            if p.is_empty() { "both whole" } else { "WRONG" }
+        );
+        if !p.is_empty() {
+            lost += 1;
+        }
+        problems.extend(p.into_iter().map(|p| format!("round {round}: {p}")));
+    }
+    eprintln!("{what}: {} of 8 rounds whole", 8 - lost);
+    // The stale writer, made to happen: the left push held in its merge
+    // (the index it will write made from the parts it saw: its own),
+    // the right pushed whole meanwhile, then the left writes its stale
+    // index over the right's: it reads back and merges again.
+    let resume = reg.dir.path().join("resume-held");
+    let r = format!("{}/ocp/bootimages:held", reg.host());
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"));
+    cmd.args(["push", left.dir.to_str().unwrap(), &r])
+        .args(flags(&reg, "s3cret"))
+        .args(
+            left.stream_flag
+                .map(|s| vec!["--stream", s])
+                .unwrap_or_default(),
+        )
+        .env("HOME", home.path())
+        .env("BOOTIMAGE_GEN_FANIN_RESUME", &resume)
+        .env_remove("REGISTRY_AUTH_FILE");
+    let mut held = run_until_paused(
+        &mut cmd,
+        "push-merge-hold",
+        std::time::Duration::from_secs(300),
+    );
+    let o = right.push(&reg, "held");
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+    let meanwhile = tag_digest(&reg, "held").unwrap();
+    std::fs::write(&resume, "").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut held.err, &mut rest).unwrap();
+    let status = held.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{what}: the held push:\n{}{rest}",
+        held.log
+    );
+    let digest = tag_digest(&reg, "held").unwrap();
+    let mut p = fan_in_problems(&reg, &index_at(&reg, "held"), &[left, right]);
+    if digest != reference {
+        p.push(format!("index {digest}, not the reference {reference}"));
+    }
+    eprintln!(
+        "{what} held round: the right push wrote {}, the held left then {}: {}",
+        short(&meanwhile),
+        short(&digest),
+        if p.is_empty() { "both whole" } else { "WRONG" }
+    );
+    problems.extend(p.into_iter().map(|p| format!("held round: {p}")));
+    assert!(problems.is_empty(), "{what}:\n{}", problems.join("\n"));
+}
+
+fn short(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
+
+/// Two runs of one release split by arch (x86_64 and aarch64), pushed at
+/// once into one tag: 8 rounds.
+#[test]
+fn racing_pushes_split_by_arch_both_land() {
+    let b = built();
+    let s = splits();
+    race_rounds(&RunDir::of(b.out.clone(), None), &s.arm, "split by arch");
+}
+
+/// Two runs split by stream (one output pushed as two streams), pushed at
+/// once into one tag: 8 rounds.
+#[test]
+fn racing_pushes_split_by_stream_both_land() {
+    let b = built();
+    race_rounds(
+        &RunDir::of(b.out.clone(), Some("left")),
+        &RunDir::of(b.out.clone(), Some("right")),
+        "split by stream",
+    );
+}
+
+/// Issue 43 item 2: two runs of one build, arch and stream split by
+/// platform group (metal and the live files; kubevirt and the rest),
+/// pushed at once into one tag: 8 rounds; a pull of the reference then
+/// gives one directory whose meta.json and stream.json hold both.
+#[test]
+fn racing_pushes_split_by_platform_group_both_land() {
+    let s = splits();
+    race_rounds(&s.metal, &s.rest, "split by platform group");
+}
+
+/// A push killed during its merge (its part tagged, the merged meta.json
+/// and stream.json pushed, the index not yet written), then run again:
+/// the index is the one the two runs make pushed one after the other.
+/// Both orders (the killed run second, then first).
+#[test]
+fn a_push_killed_during_its_merge_completes_when_run_again() {
+    let s = splits();
+    let reg = Registry::start(true);
+    for r in [&s.metal, &s.rest] {
+        let o = r.push(&reg, "ref");
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let reference = tag_digest(&reg, "ref").unwrap();
+    assert_eq!(
+        fan_in_problems(&reg, &index_at(&reg, "ref"), &[&s.metal, &s.rest]),
+        Vec::<String>::new()
+    );
+    let f = flags(&reg, "s3cret");
+    for (i, (first, killed)) in [(&s.metal, &s.rest), (&s.rest, &s.metal)]
+        .into_iter()
+        .enumerate()
+    {
+        let tag = format!("killed{i}");
+        let o = first.push(&reg, &tag);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let before = tag_digest(&reg, &tag).unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let r = format!("{}/ocp/bootimages:{tag}", reg.host());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"));
+        cmd.args(["push", killed.dir.to_str().unwrap(), &r])
+            .args(&f)
+            .env("HOME", home.path())
+            .env_remove("REGISTRY_AUTH_FILE");
+        let mut p = run_until_paused(&mut cmd, "push-merge", std::time::Duration::from_secs(300));
+        p.child.kill().unwrap();
+        p.child.wait().unwrap();
+        // Killed in the merge: both parts tagged, the index the first
+        // run's alone.
+        assert_eq!(tags_with(&reg, &format!("{tag}.part.")), {
+            let mut v = vec![first.part_tag(&tag), killed.part_tag(&tag)];
+            v.sort();
+            v
+        });
+        assert_eq!(
+            tag_digest(&reg, &tag).unwrap(),
+            before,
+            "the index changed before the kill"
+        );
+        let o = killed.push(&reg, &tag);
+        assert!(o.status.success(), "rerun after the kill: {}", stderr(&o));
+        let idx = index_at(&reg, &tag);
+        assert_eq!(
+            fan_in_problems(&reg, &idx, &[&s.metal, &s.rest]),
+            Vec::<String>::new(),
+            "after the rerun"
+        );
+        assert_eq!(tag_digest(&reg, &tag).unwrap(), reference);
+        eprintln!(
+            "killed {} during its merge, rerun: the index is the reference",
+            killed.dir.display()
+        );
+    }
+    // The reference pulled: one directory (one arch and stream) whose
+    // meta.json and stream.json hold both runs' platforms, every file
+    // there.
+    let back = tempfile::tempdir().unwrap();
+    let o = pull(
+        &reg,
+        &format!("{}/ocp/bootimages:ref", reg.host()),
+        back.path(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m: Value = serde_json::from_slice(&read(&back.path().join("meta.json"))).unwrap();
+    let mut keys: Vec<&str> = m["images"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut want = s.metal.platforms();
+    want.extend(s.rest.platforms());
+    keys.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(keys, want);
+    let st: coreos_stream_metadata::Stream =
+        serde_json::from_slice(&read(&back.path().join("stream.json"))).unwrap();
+    let got: std::collections::BTreeSet<&String> =
+        st.architectures["x86_64"].artifacts.keys().collect();
+    let mut w: std::collections::BTreeSet<String> = Default::default();
+    for r in [&s.metal, &s.rest] {
+        w.extend(
+            stream_files(&r.stream_doc, "x86_64")
+                .into_iter()
+                .map(|x| x[0].clone()),
+        );
+    }
+    assert_eq!(got, w.iter().collect());
+    sh_ok("sha256sum -c --quiet SHA256SUMS", back.path());
+}
+
+/// Real conflicts are refused naming both runs' parts: another build
+/// (OS commit) of the same arch and stream, and one platform as another
+/// file; the index is left as it was and no part of theirs stays. Two
+/// conflicting pushes at once (3 rounds): not both succeed, a refusal
+/// names both parts, and the index holds the winner alone (or nothing).
+/// `stream merge` of the same directories: platform-split runs of one
+/// build merge, the conflicts are refused naming both.
+#[test]
+fn conflicting_pushes_are_refused_naming_both() {
+    let s = splits();
+    let reg = Registry::start(true);
+    let t = now_ms();
+    let o = s.metal.push(&reg, "c");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lead = now_ms() - t;
+    let before = tag_digest(&reg, "c").unwrap();
+    let e = one_error(&s.other_build.push(&reg, "c"), "would hold two builds");
+    for want in [
+        s.metal.part_tag("c"),
+        s.other_build.part_tag("c"),
+        "9.9.other".to_string(),
+        "f".repeat(12),
+    ] {
+        assert!(e.contains(&want), "{want:?} not in: {e}");
+    }
+    let e = one_error(&s.changed.push(&reg, "c"), "is two different files");
+    for want in [s.metal.part_tag("c"), s.changed.part_tag("c")] {
+        assert!(e.contains(&want), "{want:?} not in: {e}");
+    }
+    eprintln!("refused: {e}");
+    assert_eq!(tag_digest(&reg, "c").unwrap(), before);
+    assert_eq!(tags_with(&reg, "c.part."), [s.metal.part_tag("c")]);
+    // The same build's other platforms still join.
+    let o = s.rest.push(&reg, "c");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fan_in_problems(&reg, &index_at(&reg, "c"), &[&s.metal, &s.rest]),
+        Vec::<String>::new()
+    );
+    // At once: entering the fan-in at one moment, then 10 ms apart
+    // either way.
+    for (round, offset) in [0i64, 10, -10].into_iter().enumerate() {
+        let tag = format!("cr{round}");
+        let at = now_ms() + lead + 500;
+        let (r1, r2) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| s.metal.push_at(&reg, &tag, Some(at)));
+            let c = sc.spawn(|| {
+                s.other_build
+                    .push_at(&reg, &tag, Some(at.saturating_add_signed(offset.into())))
+            });
+            (a.join().unwrap(), c.join().unwrap())
+        });
+        let ok = [r1.status.success(), r2.status.success()];
+        assert!(
+            !(ok[0] && ok[1]),
+            "round {round}: both conflicting pushes succeeded"
+        );
+        for o in [&r1, &r2].into_iter().filter(|o| !o.status.success()) {
+            let e = one_error(o, "would hold two builds");
+            for want in [s.metal.part_tag(&tag), s.other_build.part_tag(&tag)] {
+                assert!(e.contains(&want), "round {round}: {want:?} not in: {e}");
+            }
+        }
+        let winners: Vec<&RunDir> = [&s.metal, &s.other_build]
+            .into_iter()
+            .zip(ok)
+            .filter(|x| x.1)
+            .map(|x| x.0)
             .collect();
         assert_eq!(
-            streams.into_iter().collect::<Vec<_>>(),
-            ["left", "right"],
-            "round {round}"
+            fan_in_problems(&reg, &index_at(&reg, &tag), &winners),
+            Vec::<String>::new(),
+            "round {round}: ok {ok:?}"
         );
+        let parts: Vec<String> = tags_with(&reg, &format!("{tag}.part."))
+            .iter()
+            .map(|t| {
+                let withdrawn =
+                    index_at(&reg, t)["annotations"]["io.bootimage-gen.withdrawn"].is_string();
+                format!("{t}{}", if withdrawn { " (withdrawn)" } else { "" })
+            })
+            .collect();
+        eprintln!(
+            "conflict round {round} ({offset:+} ms): metal ok {}, other build ok {}; parts {parts:?}",
+            ok[0], ok[1]
+        );
+    }
+    // stream merge: the platform-split runs of one build unite; the
+    // conflicts are refused naming both directories.
+    let out = tempfile::tempdir().unwrap();
+    let merged = out.path().join("stream.json");
+    let merge = |a: &RunDir, b: &RunDir| {
+        tool(
+            &[
+                "stream",
+                "merge",
+                a.dir.to_str().unwrap(),
+                b.dir.to_str().unwrap(),
+                "-o",
+                merged.to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let o = merge(&s.metal, &s.rest);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _: coreos_stream_metadata::Stream = serde_json::from_slice(&read(&merged)).unwrap();
+    let mut w: std::collections::BTreeSet<[String; 4]> =
+        stream_files(&s.metal.stream_doc, "x86_64");
+    w.extend(stream_files(&s.rest.stream_doc, "x86_64"));
+    let v: Value = serde_json::from_slice(&read(&merged)).unwrap();
+    assert_eq!(stream_files(&v, "x86_64"), w);
+    for (other, needle) in [
+        (&s.other_build, "two builds"),
+        (&s.changed, "different contents"),
+    ] {
+        let e = one_error(&merge(&s.metal, other), needle);
+        for d in [&s.metal.dir, &other.dir] {
+            assert!(e.contains(d.to_str().unwrap()), "{d:?} not in: {e}");
+        }
     }
 }
 

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub enum StreamCommand {
     /// Merge the stream.json of runs on several machines (one per arch,
-    /// or per arch and stream) into one document, as a CI matrix's last
-    /// step: every arch of every input; the same arch twice only when both
-    /// are the same build. streams.json files (`generate --os-stream all`)
-    /// merge stream key by stream key into a streams.json.
+    /// per arch and stream, or per platform group) into one document, as a
+    /// CI matrix's last step: every arch of every input; an arch in several
+    /// inputs only when they are one build (runs split by platform: their
+    /// platforms united, each file once), else both inputs are named.
+    /// streams.json files (`generate --os-stream all`) merge stream key by
+    /// stream key into a streams.json.
     ///
     /// Locations relative to an input's directory are rewritten relative
     /// to the output's directory (or put under --base-url), so each still

@@ -1,4 +1,5 @@
-//! `stream merge`: several runs' stream documents into one.
+//! `stream merge`: several runs' stream documents into one (runs split
+//! by arch, by stream, or by platform group of one build).
 use crate::cli::StreamMergeArgs;
 use crate::publish::merge::{self, Doc};
 use crate::publish::stream::{STREAMS_JSON, STREAM_JSON};
@@ -24,12 +25,51 @@ fn document(p: &Path) -> Result<PathBuf> {
     )
 }
 
+/// Two inputs of one arch from two builds (the OS commits of the
+/// meta.json beside their stream.json differ) are refused naming both:
+/// runs split by platform merge only when they are one build. (A stream
+/// document records the OS version, not the commit.)
+fn one_build_per_arch(inputs: &[merge::Input]) -> Result<()> {
+    let mut seen: std::collections::BTreeMap<String, (String, &Path)> = Default::default();
+    for i in inputs {
+        if !matches!(i.doc, Doc::One(_)) {
+            continue;
+        }
+        let Some(dir) = i.path.parent() else { continue };
+        let Ok(b) = std::fs::read(dir.join(crate::publish::meta::META_JSON)) else {
+            continue;
+        };
+        let Ok(m) = serde_json::from_slice::<serde_json::Value>(&b) else {
+            continue;
+        };
+        let (Some(arch), Some(commit)) = (
+            m["coreos-assembler.basearch"].as_str(),
+            m["ostree-commit"].as_str(),
+        ) else {
+            continue;
+        };
+        match seen.get(arch) {
+            Some((c0, p0)) if c0 != commit => bail!(
+                "arch {arch} is in both {} (ostree commit {c0}) and {} (ostree commit {commit}): two builds; a stream holds one build per arch",
+                p0.display(),
+                i.path.display()
+            ),
+            Some(_) => {}
+            None => {
+                seen.insert(arch.to_string(), (commit.to_string(), &i.path));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn merge(a: StreamMergeArgs) -> Result<()> {
     let inputs = a
         .inputs
         .iter()
         .map(|p| merge::read(&document(p)?))
         .collect::<Result<Vec<_>>>()?;
+    one_build_per_arch(&inputs)?;
     let keyed = matches!(inputs.first().map(|i| &i.doc), Some(Doc::Keyed(_)));
     // -o: a .json file, or a directory that gets the document's usual name.
     let (dir, name) = if a.output.extension().is_some_and(|x| x == "json") {

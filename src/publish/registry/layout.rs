@@ -1,7 +1,7 @@
 //! What `push` writes and `pull` reads (README "Registry"; UPSTREAM.md
-//! section 23): one OCI artifact manifest per published file, an index per
-//! (arch, stream) run, and the index at the user's tag that is the union of
-//! every run's.
+//! sections 23 and 28): one OCI artifact manifest per published file, an
+//! index per run (its part), and the index at the user's tag that is the
+//! union of every run's.
 //!
 //! - Artifact type: Konflux's `application/vnd.diskimage.<format>[.<compression>]`
 //!   (build-definitions `task/build-vm-image/0.3`: `raw.gzip`, `qcow2`,
@@ -19,6 +19,10 @@
 //! - Annotations `io.bootimage-gen.*`: platform, version, stream, release,
 //!   and the uncompressed sha256 and size where meta.json has them.
 //! - Every index entry carries `platform` (`architecture`, `os`).
+//! - Each run also tags its own index, its part (fanin.rs): one per
+//!   (arch, stream, platform group); the index at the user's tag holds
+//!   every part's artifacts once, and one meta.json and one stream.json
+//!   per (arch, stream) merged from all its parts.
 pub use crate::util::arch::oci_arch;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
@@ -38,6 +42,16 @@ pub const A_FILE: &str = "io.bootimage-gen.file";
 pub const A_UNCOMPRESSED_SHA256: &str = "io.bootimage-gen.uncompressed-sha256";
 pub const A_UNCOMPRESSED_SIZE: &str = "io.bootimage-gen.uncompressed-size";
 pub const TITLE: &str = "org.opencontainers.image.title";
+/// On a run's part index (fan-in, fanin.rs): the platform keys it holds
+/// (comma-separated), the OS commit of its build, the build in words, and
+/// why it was withdrawn (a part that lost a conflict holds no entries).
+pub const A_PART_PLATFORMS: &str = "io.bootimage-gen.part-platforms";
+pub const A_COMMIT: &str = "io.bootimage-gen.ostree-commit";
+pub const A_BUILD: &str = "io.bootimage-gen.build";
+pub const A_WITHDRAWN: &str = "io.bootimage-gen.withdrawn";
+/// On a meta.json or stream.json merged from several parts: the parts it
+/// was merged from (their tags less `<tag>.part.`, comma-separated).
+pub const A_MERGED_FROM: &str = "io.bootimage-gen.merged-from";
 
 /// The artifact type of a published file, by its name: `(format,
 /// compression)` as Konflux spells them.
@@ -115,25 +129,12 @@ pub fn index(entries: &[Value], annotations: &serde_json::Map<String, Value>) ->
     serde_json::to_vec_pretty(&v).expect("JSON")
 }
 
-/// The identity of an index entry: one per (arch, stream, meta key); a
-/// newer push of the same identity replaces it.
+/// The identity of an index entry: one per (arch, stream, meta key) in
+/// the index at the user's tag (fanin.rs).
 pub fn entry_key(e: &Value) -> (String, String, String) {
     let a = &e["annotations"];
     let s = |k: &str| a[k].as_str().unwrap_or("").to_string();
     (s(A_ARCH), s(A_STREAM), s(A_PLATFORM))
-}
-
-/// `base` with `add`'s entries: same identity replaced, others appended,
-/// in a stable order (arch, stream, platform).
-pub fn union(base: &[Value], add: &[Value]) -> Vec<Value> {
-    let mut out: Vec<Value> = base
-        .iter()
-        .filter(|e| !add.iter().any(|n| entry_key(n) == entry_key(e)))
-        .cloned()
-        .collect();
-    out.extend(add.iter().cloned());
-    out.sort_by_key(entry_key);
-    out
 }
 
 /// The entries of an index this tool made; an error naming `what` for
@@ -219,25 +220,18 @@ mod tests {
     }
 
     #[test]
-    fn union_replaces_same_identity_and_keeps_others() {
-        let e = |arch: &str, stream: &str, p: &str, d: &str| json!({"digest": d, "annotations": {A_ARCH: arch, A_STREAM: stream, A_PLATFORM: p}});
-        let base = vec![
-            e("x86_64", "rhel-9", "metal", "a"),
-            e("x86_64", "rhel-9", "qemu", "b"),
-        ];
-        let add = vec![
-            e("aarch64", "rhel-9", "metal", "c"),
-            e("x86_64", "rhel-9", "qemu", "d"),
-        ];
-        let u = union(&base, &add);
-        let digests: Vec<&str> = u.iter().map(|v| v["digest"].as_str().unwrap()).collect();
-        assert_eq!(digests, ["c", "a", "d"]);
+    fn only_our_indexes_are_read() {
         let other = serde_json::to_vec(
             &json!({"mediaType": super::super::client::INDEX_OCI, "manifests": []}),
         )
         .unwrap();
         let err = our_entries(&other, "x:y").unwrap_err().to_string();
         assert!(err.contains("not an index made by bootimage-gen"), "{err}");
+        let ours = index(
+            &[json!({"digest": "a"})],
+            &serde_json::Map::from_iter([(INDEX_MARK.to_string(), json!(INDEX_VERSION))]),
+        );
+        assert_eq!(our_entries(&ours, "x:y").unwrap().len(), 1);
     }
 
     #[test]

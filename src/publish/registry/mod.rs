@@ -3,6 +3,7 @@
 //! podman and skopeo keep, and the artifact layout both commands share.
 pub mod auth;
 pub mod client;
+pub mod fanin;
 pub mod layout;
 pub mod pull;
 pub mod push;

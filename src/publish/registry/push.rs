@@ -1,15 +1,10 @@
 //! `bootimage-gen push DIR REF`: a `generate` output as OCI artifacts in a
 //! registry (layout.rs), and the index at REF made the union of every
-//! run pushed there.
-//!
-//! Fan-in without a lost update: each run first tags its own index
-//! (`<tag>.part.<arch>.<stream>`), then writes REF's index as the union of
-//! every part tag it lists, then reads both back after a pause and writes
-//! again while any part is missing. The registry offers no conditional
-//! PUT (distribution 2.8 has no If-Match), but the last writer of REF
-//! always verifies after its own write, and it then lists every part
-//! tagged before that: so the index ends up holding them all.
+//! run pushed there (fanin.rs: each run tags its part, keyed by arch,
+//! stream and platform group, then the index is written from all parts
+//! and read back until it holds them).
 use super::client::{Client, Pushed, INDEX_OCI, MANIFEST_OCI};
+use super::fanin::{self, Part};
 use super::layout::{self, *};
 use crate::image::imageref::DockerRef;
 use anyhow::{anyhow, bail, Context, Result};
@@ -92,26 +87,6 @@ pub fn runs(dir: &Path, stream: Option<&str>) -> Result<Vec<Run>> {
         );
     }
     Ok(v)
-}
-
-/// A tag-safe form of `s` (`[A-Za-z0-9_.-]`, others as `_`; empty: `default`).
-fn tag_part(s: &str) -> String {
-    if s.is_empty() {
-        return "default".into();
-    }
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-pub fn part_tag(tag: &str, arch: &str, stream: &str) -> String {
-    format!("{tag}.part.{}.{}", tag_part(arch), tag_part(stream))
 }
 
 /// What a push did.
@@ -226,21 +201,40 @@ fn push_file(
         None => format!("sha256:{}", crate::publish::meta::sha256_file(file)?.0),
     };
     let atype = artifact_type(key, &name);
-    let oarch = oci_arch(&run.arch);
     match c.push_blob(file, 0, &digest, size, &|n| progress(&name, n, size))? {
         Pushed::Uploaded => s.uploaded += size,
         Pushed::Existed => s.existed += size,
     }
-    let cfg = config(&oarch, &name, &digest);
-    let (cdigest, _) = c.push_bytes(&cfg)?;
-    let mut layer = descriptor(&atype, &digest, size);
-    layer["annotations"] = json!({ TITLE: name });
     let mut ann = common.clone();
     ann.insert(A_PLATFORM.into(), key.into());
     ann.insert(A_FILE.into(), name.clone().into());
     ann.extend(extra.clone());
+    s.artifacts += 1;
+    artifact(c, &digest, size, &atype, &oci_arch(&run.arch), ann)
+}
+
+/// The artifact manifest of a file already pushed as the blob `digest`
+/// (`size` bytes; its name in `ann`'s file annotation): its config and
+/// the manifest pushed; its index entry.
+pub(super) fn artifact(
+    c: &Client,
+    digest: &str,
+    size: u64,
+    atype: &str,
+    oarch: &str,
+    ann: Map<String, Value>,
+) -> Result<Value> {
+    let name = ann
+        .get(A_FILE)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let cfg = config(oarch, &name, digest);
+    let (cdigest, _) = c.push_bytes(&cfg)?;
+    let mut layer = descriptor(atype, digest, size);
+    layer["annotations"] = json!({ TITLE: name });
     let mbytes = manifest(
-        &atype,
+        atype,
         &descriptor(CONFIG_OCI, &cdigest, cfg.len() as u64),
         &layer,
         &ann,
@@ -253,7 +247,6 @@ fn push_file(
         MANIFEST_OCI,
         &mbytes,
     )?;
-    s.artifacts += 1;
     let mut e = descriptor(MANIFEST_OCI, &mdigest, mbytes.len() as u64);
     e["artifactType"] = atype.into();
     e["platform"] = json!({"architecture": oarch, "os": "linux"});
@@ -272,7 +265,7 @@ pub fn tag_of(r: &DockerRef) -> Result<String> {
 }
 
 /// Push every run under `dir` to `r` (a tag); the index at the tag then
-/// holds every entry of every run pushed there.
+/// holds every entry of every run pushed there (fanin.rs).
 pub fn push(
     c: &Client,
     r: &DockerRef,
@@ -281,138 +274,132 @@ pub fn push(
     progress: &dyn Fn(&str, u64, u64),
 ) -> Result<Summary> {
     let tag = tag_of(r)?;
+    let what = format!("{}/{}:{tag}", c.host, c.repo);
     // The tag must be free or ours before anything is sent.
     if let Some(cur) = c.get_manifest(&tag)? {
-        our_entries(&cur.bytes, &format!("{}/{}:{tag}", c.host, c.repo))?;
+        our_entries(&cur.bytes, &what)?;
     }
     let runs = runs(dir, stream)?;
-    let mut s = Summary::default();
-    for run in runs {
-        let m = &run.meta;
-        let mut common = Map::new();
-        common.insert(A_ARCH.into(), run.arch.clone().into());
-        common.insert(A_STREAM.into(), run.stream.clone().into());
-        for (k, src) in [
-            (A_VERSION, "ostree-version"),
-            (A_RELEASE, "release-payload"),
-        ] {
-            let v = if src == "release-payload" {
-                m[src]["tags"][0]
-                    .as_str()
-                    .or_else(|| m[src]["image"].as_str())
-            } else {
-                m[src].as_str()
-            };
-            if let Some(v) = v {
-                common.insert(k.into(), v.into());
-            }
-        }
-        let images = m["images"]
+    // Each run's part (its tag from its platforms, no entries yet): its
+    // build against those of the parts there, so another OS commit of an
+    // (arch, stream) is refused before any upload.
+    let mut planned = Vec::new();
+    for run in &runs {
+        let images = run.meta["images"]
             .as_object()
             .ok_or_else(|| anyhow!("{}/meta.json has no images", run.dir.display()))?;
-        let mut entries = Vec::new();
-        for (key, img) in images {
-            let rel = img["path"].as_str().ok_or_else(|| {
-                anyhow!("{}/meta.json: images.{key} has no path", run.dir.display())
-            })?;
-            let file = run.dir.join(rel);
-            let mut extra = Map::new();
-            if let Some(u) = img["uncompressed-sha256"].as_str() {
-                extra.insert(A_UNCOMPRESSED_SHA256.into(), u.into());
-            }
-            if let Some(u) = img["uncompressed-size"].as_u64() {
-                extra.insert(A_UNCOMPRESSED_SIZE.into(), u.to_string().into());
-            }
-            let mut e = push_file(
-                c,
-                &run,
-                key,
-                &file,
-                img["sha256"].as_str(),
-                &extra,
-                &common,
-                &mut s,
-                progress,
-            )?;
-            if rel.ends_with(".ociarchive") {
-                // The image inside, as an ordinary pull takes it.
-                let d = push_archive_image(c, &file, &mut s)?;
-                let image = format!(
-                    "{}/{}@{}",
-                    r.registry,
-                    r.repository,
-                    d["digest"].as_str().unwrap()
-                );
-                e["annotations"]["io.bootimage-gen.image"] = image.clone().into();
-                s.images
-                    .push(format!("{key} ({}, {}): {image}", run.arch, run.stream));
-            }
-            entries.push(e);
-        }
-        for (key, name) in [("meta", "meta.json"), ("stream", "stream.json")] {
-            let f = run.dir.join(name);
-            if f.is_file() {
-                entries.push(push_file(
-                    c,
-                    &run,
-                    key,
-                    &f,
-                    None,
-                    &Map::new(),
-                    &common,
-                    &mut s,
-                    progress,
-                )?);
-            }
-        }
-        let mut ann = Map::new();
-        ann.insert(INDEX_MARK.into(), INDEX_VERSION.into());
-        let part = index(&entries, &ann);
-        c.put_manifest(&part_tag(&tag, &run.arch, &run.stream), INDEX_OCI, &part)?;
+        let keys: Vec<&str> = images.keys().map(String::as_str).collect();
+        planned.push(Part::new(
+            fanin::part_tag(&tag, &run.arch, &run.stream, &keys)?,
+            Vec::new(),
+            (&run.arch, &run.stream),
+            &keys,
+            &run.meta,
+        ));
     }
-    let (digest, n) = publish_union(c, &tag)?;
+    fanin::check(&fanin::read_parts(c, &tag, &what)?, &planned, &what)?;
+    let mut s = Summary::default();
+    let mut ours = Vec::new();
+    for (run, p) in runs.iter().zip(&planned) {
+        ours.push(p.with_entries(push_run(c, r, run, &mut s, progress)?));
+    }
+    // Checked again with the files (one platform, two files) and the
+    // parts tagged meanwhile; then tagged, and the index written.
+    fanin::wait_for_test_instant()?;
+    fanin::check(&fanin::read_parts(c, &tag, &what)?, &ours, &what)?;
+    for p in &ours {
+        c.put_manifest(&p.tag, INDEX_OCI, &p.bytes)?;
+    }
+    let (digest, n) = fanin::publish(c, &tag, &ours)?;
     s.index_digest = digest;
     s.index_entries = n;
     Ok(s)
 }
 
-/// Write the index at `tag` as the union of its part tags' entries, and
-/// again while a read-back misses one (see the module's comment).
-pub fn publish_union(c: &Client, tag: &str) -> Result<(String, usize)> {
-    let prefix = format!("{tag}.part.");
-    // `push` checked the tag before its uploads; each round below reads
-    // it again (and refuses an index that is not ours).
-    let what = format!("{}/{}:{tag}", c.host, c.repo);
-    for round in 0..20u64 {
-        let mut parts: Vec<String> = c
-            .tags()?
-            .into_iter()
-            .filter(|t| t.starts_with(&prefix))
-            .collect();
-        parts.sort();
-        let mut want = Vec::new();
-        for p in &parts {
-            if let Some(m) = c.get_manifest(p)? {
-                want = union(&want, &our_entries(&m.bytes, &format!("{what} part {p}"))?);
-            }
-        }
-        let (cur, cur_digest) = match c.get_manifest(tag)? {
-            Some(m) => (our_entries(&m.bytes, &what)?, m.digest),
-            None => (Vec::new(), String::new()),
+/// Push one run's files, meta.json and stream.json; their index entries.
+fn push_run(
+    c: &Client,
+    r: &DockerRef,
+    run: &Run,
+    s: &mut Summary,
+    progress: &dyn Fn(&str, u64, u64),
+) -> Result<Vec<Value>> {
+    let m = &run.meta;
+    let mut common = Map::new();
+    common.insert(A_ARCH.into(), run.arch.clone().into());
+    common.insert(A_STREAM.into(), run.stream.clone().into());
+    for (k, src) in [
+        (A_VERSION, "ostree-version"),
+        (A_RELEASE, "release-payload"),
+    ] {
+        let v = if src == "release-payload" {
+            m[src]["tags"][0]
+                .as_str()
+                .or_else(|| m[src]["image"].as_str())
+        } else {
+            m[src].as_str()
         };
-        if want
-            .iter()
-            .all(|w| cur.iter().any(|e| e["digest"] == w["digest"]))
-            && !cur_digest.is_empty()
-        {
-            return Ok((cur_digest, cur.len()));
+        if let Some(v) = v {
+            common.insert(k.into(), v.into());
         }
-        let mut ann = Map::new();
-        ann.insert(INDEX_MARK.into(), INDEX_VERSION.into());
-        c.put_manifest(tag, INDEX_OCI, &index(&union(&cur, &want), &ann))?;
-        // Another run may be writing too: look again after a moment.
-        let jitter = (u64::from(std::process::id()) * 37 + round * 91) % 400;
-        std::thread::sleep(std::time::Duration::from_millis(200 + jitter));
     }
-    bail!("{what}: the index kept changing under 20 rounds of writes: too many pushes at once?")
+    let images = m["images"]
+        .as_object()
+        .ok_or_else(|| anyhow!("{}/meta.json has no images", run.dir.display()))?;
+    let mut entries = Vec::new();
+    for (key, img) in images {
+        let rel = img["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("{}/meta.json: images.{key} has no path", run.dir.display()))?;
+        let file = run.dir.join(rel);
+        let mut extra = Map::new();
+        if let Some(u) = img["uncompressed-sha256"].as_str() {
+            extra.insert(A_UNCOMPRESSED_SHA256.into(), u.into());
+        }
+        if let Some(u) = img["uncompressed-size"].as_u64() {
+            extra.insert(A_UNCOMPRESSED_SIZE.into(), u.to_string().into());
+        }
+        let mut e = push_file(
+            c,
+            run,
+            key,
+            &file,
+            img["sha256"].as_str(),
+            &extra,
+            &common,
+            s,
+            progress,
+        )?;
+        if rel.ends_with(".ociarchive") {
+            // The image inside, as an ordinary pull takes it.
+            let d = push_archive_image(c, &file, s)?;
+            let image = format!(
+                "{}/{}@{}",
+                r.registry,
+                r.repository,
+                d["digest"].as_str().unwrap()
+            );
+            e["annotations"]["io.bootimage-gen.image"] = image.clone().into();
+            s.images
+                .push(format!("{key} ({}, {}): {image}", run.arch, run.stream));
+        }
+        entries.push(e);
+    }
+    for (key, name) in [("meta", "meta.json"), ("stream", "stream.json")] {
+        let f = run.dir.join(name);
+        if f.is_file() {
+            entries.push(push_file(
+                c,
+                run,
+                key,
+                &f,
+                None,
+                &Map::new(),
+                &common,
+                s,
+                progress,
+            )?);
+        }
+    }
+    Ok(entries)
 }
