@@ -18,10 +18,21 @@
 //! A location relative to its input's directory is rewritten relative to
 //! the output's directory (or put under `--base-url`), so every location
 //! still names its file; URLs and absolute paths are kept.
-use super::stream::{Arch, Stream, GENERATOR};
+//!
+//! Its files: `unite.rs` (the union of stream documents, shared with the
+//! fan-in), `locate.rs` (locations as seen from the output); this one,
+//! reading the inputs and merging them per stream key.
+mod locate;
+mod unite;
+
+pub use locate::{located, rebase};
+pub use unite::unite;
+
+use super::stream::{Stream, GENERATOR};
 use anyhow::{bail, Context, Result};
+use locate::relocate;
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// One document to merge: where it was read (for messages and relative
 /// locations) and what it holds.
@@ -152,247 +163,12 @@ fn merge_one(
     unite(&refs, &stream, Some(GENERATOR))
 }
 
-/// Several stream documents (each named by its label in errors) as one
-/// named `stream`: every arch of every part; an arch in several parts
-/// (runs split by platform) when they are one build: the same `release`,
-/// platforms, formats and files united, each file once. Two builds of one
-/// arch, or one file that differs between parts, is refused naming both.
-/// The result does not depend on the parts' order: `last-modified` is the
-/// latest, `generator` the one given, else the greatest of the parts'.
-pub fn unite(parts: &[(&str, &Stream)], stream: &str, generator: Option<&str>) -> Result<Stream> {
-    let mut arches: BTreeMap<String, (String, Arch)> = BTreeMap::new();
-    let mut last_modified = String::new();
-    let mut generators: Vec<&str> = Vec::new();
-    for (label, s) in parts {
-        // RFC 3339 UTC stamps of one shape compare as text.
-        if s.metadata.last_modified > last_modified {
-            last_modified = s.metadata.last_modified.clone();
-        }
-        generators.extend(s.metadata.generator.as_deref());
-        for (arch, a) in &s.architectures {
-            match arches.get_mut(arch) {
-                None => {
-                    arches.insert(arch.clone(), (label.to_string(), a.clone()));
-                }
-                Some((l0, a0)) => join_arch(arch, (l0.as_str(), a0), (label, a))?,
-            }
-        }
-    }
-    let generator = match generator {
-        Some(g) => Some(g.to_string()),
-        None => generators.into_iter().max().map(String::from),
-    };
-    Ok(Stream {
-        stream: stream.to_string(),
-        metadata: super::stream::Metadata {
-            last_modified,
-            generator,
-        },
-        architectures: arches.into_iter().map(|(k, (_, a))| (k, a)).collect(),
-    })
-}
-
-/// `add` (from `l1`) joined into `a0` (from `l0`), both arch `arch`.
-fn join_arch(arch: &str, (l0, a0): (&str, &mut Arch), (l1, add): (&str, &Arch)) -> Result<()> {
-    if *a0 == *add {
-        return Ok(());
-    }
-    let (r0, r1) = (release_of(a0), release_of(add));
-    if r0 != "-" && r1 != "-" && r0 != r1 {
-        bail!(
-            "arch {arch} is in both {l0} and {l1} from two builds (release {r0} and {r1}): a stream holds one build per arch; merge the runs of one build"
-        );
-    }
-    let clash = |what: String, x: String, y: String| {
-        anyhow::anyhow!(
-            "arch {arch}: {what} is in both {l0} and {l1} with different contents ({x} and {y}): two builds of one file; merge the runs of one build"
-        )
-    };
-    // A file as a message names it: its name and the start of its digest.
-    let file = |a: &super::stream::Artifact| {
-        let name = a.location.rsplit('/').next().unwrap_or(&a.location);
-        format!("{name} sha256 {}", a.sha256.get(..12).unwrap_or(&a.sha256))
-    };
-    for (platform, pa) in &add.artifacts {
-        let Some(p0) = a0.artifacts.get_mut(platform) else {
-            a0.artifacts.insert(platform.clone(), pa.clone());
-            continue;
-        };
-        if p0.release != pa.release {
-            bail!(
-                "arch {arch} is in both {l0} and {l1} from two builds (release {} and {}): a stream holds one build per arch; merge the runs of one build",
-                p0.release,
-                pa.release
-            );
-        }
-        for (format, kinds) in &pa.formats {
-            let f0 = p0.formats.entry(format.clone()).or_default();
-            for (kind, art) in kinds {
-                match f0.get(kind) {
-                    None => {
-                        f0.insert(kind.clone(), art.clone());
-                    }
-                    Some(x) if x == art => {}
-                    Some(x) => {
-                        return Err(clash(
-                            format!("platform {platform} format {format} {kind}"),
-                            file(x),
-                            file(art),
-                        ))
-                    }
-                }
-            }
-        }
-    }
-    match (&mut a0.images, &add.images) {
-        (_, None) => {}
-        (slot @ None, Some(i)) => *slot = Some(i.clone()),
-        (Some(i0), Some(i)) => {
-            if let Some(aws) = &i.aws {
-                let r0 = &mut i0.aws.get_or_insert_with(Default::default).regions;
-                for (region, img) in &aws.regions {
-                    match r0.get(region) {
-                        None => {
-                            r0.insert(region.clone(), img.clone());
-                        }
-                        Some(x) if x == img => {}
-                        Some(x) => {
-                            return Err(clash(
-                                format!("the aws image of region {region}"),
-                                format!("{} of release {}", x.image, x.release),
-                                format!("{} of release {}", img.image, img.release),
-                            ))
-                        }
-                    }
-                }
-            }
-            for (cloud, v) in &i.other {
-                match i0.other.get(cloud) {
-                    None => {
-                        i0.other.insert(cloud.clone(), v.clone());
-                    }
-                    Some(x) if x == v => {}
-                    Some(x) => {
-                        return Err(clash(
-                            format!("the {cloud} images"),
-                            x.to_string(),
-                            v.to_string(),
-                        ))
-                    }
-                }
-            }
-        }
-    }
-    match (&mut a0.rhel_coreos_extensions, &add.rhel_coreos_extensions) {
-        (_, None) => {}
-        (slot @ None, Some(x)) => *slot = Some(x.clone()),
-        (Some(x0), Some(x)) if *x0 == *x => {}
-        (Some(x0), Some(x)) => {
-            return Err(clash(
-                "rhel-coreos-extensions".into(),
-                x0.to_string(),
-                x.to_string(),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `s`, read from `doc_path`, with its relative locations as seen from
-/// `out_dir` (streams.json beside the per-stream directories).
-pub fn located(s: &Stream, doc_path: &Path, out_dir: &Path) -> Result<Stream> {
-    let from = doc_path.parent().unwrap_or(Path::new("."));
-    let mut m = s.clone();
-    for a in m.architectures.values_mut() {
-        *a = relocate(a, from, out_dir, None)?;
-    }
-    Ok(m)
-}
-
-fn release_of(a: &Arch) -> &str {
-    a.artifacts
-        .values()
-        .next()
-        .map(|p| p.release.as_str())
-        .unwrap_or("-")
-}
-
-/// `a` with each relative location moved from `from` to `out_dir`.
-fn relocate(a: &Arch, from: &Path, out_dir: &Path, base_url: Option<&str>) -> Result<Arch> {
-    let mut a = a.clone();
-    for p in a.artifacts.values_mut() {
-        for kinds in p.formats.values_mut() {
-            for art in kinds.values_mut() {
-                art.location = rebase(&art.location, from, out_dir, base_url)?;
-            }
-        }
-    }
-    Ok(a)
-}
-
-/// A location as seen from `out_dir` (under `base_url` when given) when
-/// it is relative to `from`; a URL or an absolute path as it is.
-pub fn rebase(loc: &str, from: &Path, out_dir: &Path, base_url: Option<&str>) -> Result<String> {
-    if loc.contains("://") || loc.starts_with('/') {
-        return Ok(loc.to_string());
-    }
-    let target = std::path::absolute(from.join(loc))
-        .with_context(|| format!("resolving {loc} under {}", from.display()))?;
-    let out =
-        std::path::absolute(out_dir).with_context(|| format!("resolving {}", out_dir.display()))?;
-    let rel = relative(&normal(&target), &normal(&out));
-    let rel = rel.to_string_lossy().into_owned();
-    Ok(match base_url {
-        Some(b) if !b.is_empty() => {
-            if rel.starts_with("../") {
-                bail!(
-                    "{loc} (in {}) lies outside the output directory {}: --base-url can only name files under it",
-                    from.display(),
-                    out_dir.display()
-                );
-            }
-            format!("{}/{rel}", b.trim_end_matches('/'))
-        }
-        _ => rel,
-    })
-}
-
-/// `p` without `.` and with `..` applied (no symlinks followed).
-fn normal(p: &Path) -> PathBuf {
-    let mut v = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                v.pop();
-            }
-            c => v.push(c),
-        }
-    }
-    v
-}
-
-/// `target` relative to the directory `base` (both absolute, normal).
-fn relative(target: &Path, base: &Path) -> PathBuf {
-    let t: Vec<_> = target.components().collect();
-    let b: Vec<_> = base.components().collect();
-    let common = t.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let mut r = PathBuf::new();
-    for _ in common..b.len() {
-        r.push("..");
-    }
-    for c in &t[common..] {
-        r.push(c);
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::publish::stream::{Artifact, Metadata, PlatformArtifacts};
+    use crate::publish::stream::{Arch, Artifact, Metadata, PlatformArtifacts};
 
-    fn stream(name: &str, arch: &str, loc: &str, release: &str, stamp: &str) -> Stream {
+    pub(super) fn stream(name: &str, arch: &str, loc: &str, release: &str, stamp: &str) -> Stream {
         let art = Artifact {
             location: loc.into(),
             signature: None,
@@ -425,7 +201,7 @@ mod tests {
         }
     }
 
-    fn one(path: &str, s: Stream) -> Input {
+    pub(super) fn one(path: &str, s: Stream) -> Input {
         Input {
             path: PathBuf::from(path),
             doc: Doc::One(s),
@@ -513,7 +289,7 @@ mod tests {
     }
 
     /// The error of merging `inputs` for `out`.
-    fn refusal(inputs: &[Input], out: &str, base: Option<&str>) -> String {
+    pub(super) fn refusal(inputs: &[Input], out: &str, base: Option<&str>) -> String {
         format!(
             "{:#}",
             merge(inputs, Path::new(out), base, None).err().unwrap()
@@ -552,81 +328,6 @@ mod tests {
         // A base URL cannot name a file outside the output directory.
         let e = refusal(&[x86("a", "s", "1")], "/w/b", Some("http://m"));
         assert!(e.contains("outside the output directory"), "{e}");
-    }
-
-    #[test]
-    fn platform_split_runs_of_one_build_unite() {
-        // One build, three runs: metal's disk, the live ISO (also under
-        // metal), and vmware; stamped a minute apart.
-        let run = |dir: &str, platform: &str, format: &str, file: &str, sha: char, stamp: &str| {
-            let mut s = stream("s", "x86_64", file, "9.6", stamp);
-            let a = s.architectures.get_mut("x86_64").unwrap();
-            let mut p = a.artifacts.remove("metal").unwrap();
-            let art = p.formats.remove("raw.gz").unwrap().remove("disk").unwrap();
-            let art = Artifact {
-                sha256: sha.to_string().repeat(64),
-                ..art
-            };
-            p.formats = BTreeMap::from([(
-                format.to_string(),
-                BTreeMap::from([("disk".to_string(), art)]),
-            )]);
-            a.artifacts.insert(platform.to_string(), p);
-            one(&format!("/w/{dir}/stream.json"), s)
-        };
-        let metal = || {
-            run(
-                "m",
-                "metal",
-                "raw.gz",
-                "m.raw.gz",
-                'a',
-                "2026-01-01T00:00:00Z",
-            )
-        };
-        let iso = || run("i", "metal", "iso", "l.iso", 'b', "2026-01-01T00:02:00Z");
-        let vmware = || run("v", "vmware", "ova", "v.ova", 'c', "2026-01-01T00:01:00Z");
-        let d = merge(&[metal(), iso(), vmware()], Path::new("/w"), None, None).unwrap();
-        let Doc::One(s) = d else { panic!() };
-        let a = &s.architectures["x86_64"];
-        let platforms: Vec<&String> = a.artifacts.keys().collect();
-        assert_eq!(platforms, ["metal", "vmware"]);
-        let formats: Vec<&String> = a.artifacts["metal"].formats.keys().collect();
-        assert_eq!(formats, ["iso", "raw.gz"]);
-        assert_eq!(
-            a.artifacts["metal"].formats["iso"]["disk"].location,
-            "i/l.iso"
-        );
-        assert_eq!(s.metadata.last_modified, "2026-01-01T00:02:00Z");
-        // Whatever the order, the same document.
-        let d2 = merge(&[vmware(), iso(), metal()], Path::new("/w"), None, None).unwrap();
-        let Doc::One(s2) = d2 else { panic!() };
-        assert_eq!(s, s2);
-        // The same run twice is one.
-        assert!(merge(&[metal(), metal()], Path::new("/w"), None, None).is_ok());
-        // One file of one platform that differs: both inputs named.
-        let other = run("o", "metal", "raw.gz", "m.raw.gz", 'd', "t");
-        let e = refusal(&[metal(), other], "/w", None);
-        assert!(
-            e.contains("platform metal format raw.gz disk is in both /w/m/stream.json and /w/o/stream.json"),
-            "{e}"
-        );
-        // Another release of the arch on another platform: two builds.
-        let mut later = vmware();
-        if let Doc::One(s) = &mut later.doc {
-            for p in s
-                .architectures
-                .get_mut("x86_64")
-                .unwrap()
-                .artifacts
-                .values_mut()
-            {
-                p.release = "9.7".into();
-            }
-        }
-        let e = refusal(&[metal(), later], "/w", None);
-        assert!(e.contains("from two builds (release 9.6 and 9.7)"), "{e}");
-        assert!(e.contains("/w/m/stream.json and /w/v/stream.json"), "{e}");
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //! run pushed there (fanin.rs: each run tags its part, keyed by arch,
 //! stream and platform group, then the index is written from all parts
 //! and read back until it holds them).
+use super::artifact::artifact;
 use super::client::{Client, Pushed, INDEX_OCI, MANIFEST_OCI};
 use super::fanin::{self, Part};
 use super::layout::{self, *};
 use crate::image::imageref::DockerRef;
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -211,47 +212,6 @@ fn push_file(
     ann.extend(extra.clone());
     s.artifacts += 1;
     artifact(c, &digest, size, &atype, &oci_arch(&run.arch), ann)
-}
-
-/// The artifact manifest of a file already pushed as the blob `digest`
-/// (`size` bytes; its name in `ann`'s file annotation): its config and
-/// the manifest pushed; its index entry.
-pub(super) fn artifact(
-    c: &Client,
-    digest: &str,
-    size: u64,
-    atype: &str,
-    oarch: &str,
-    ann: Map<String, Value>,
-) -> Result<Value> {
-    let name = ann
-        .get(A_FILE)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let cfg = config(oarch, &name, digest);
-    let (cdigest, _) = c.push_bytes(&cfg)?;
-    let mut layer = descriptor(atype, digest, size);
-    layer["annotations"] = json!({ TITLE: name });
-    let mbytes = manifest(
-        atype,
-        &descriptor(CONFIG_OCI, &cdigest, cfg.len() as u64),
-        &layer,
-        &ann,
-    );
-    let mdigest = c.put_manifest(
-        &format!(
-            "sha256:{}",
-            hex::encode(crate::util::sha256::Sha256::digest(&mbytes))
-        ),
-        MANIFEST_OCI,
-        &mbytes,
-    )?;
-    let mut e = descriptor(MANIFEST_OCI, &mdigest, mbytes.len() as u64);
-    e["artifactType"] = atype.into();
-    e["platform"] = json!({"architecture": oarch, "os": "linux"});
-    e["annotations"] = Value::Object(ann);
-    Ok(e)
 }
 
 /// The tag a push writes: REF must name one, and no digest.
