@@ -140,16 +140,8 @@ impl RwMount {
     /// The root filesystem of a raw x86_64 disk this project built (see
     /// [`super::mount_raw_root`]), read-write: for a private copy only.
     pub fn raw_root(raw: &Path, at: &Path) -> Self {
-        const MIB: u64 = 1 << 20;
-        let len = std::fs::metadata(raw).unwrap().len();
-        RwMount::new(
-            raw,
-            513 * MIB,
-            len - 513 * MIB - MIB,
-            "xfs",
-            "rw,nouuid",
-            at,
-        )
+        let (offset, len) = super::raw_root_extent(raw);
+        RwMount::new(raw, offset, len, "xfs", "rw,nouuid", at)
     }
 }
 

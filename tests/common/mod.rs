@@ -530,19 +530,19 @@ rm -f server.csr ext.cnf ca.srl
     }
 }
 
-/// The root filesystem (XFS, from 513 MiB to 1 MiB before the end) of a
-/// raw x86_64 disk this project built, mounted read-only at `at`.
-pub fn mount_raw_root(raw: &Path, at: &Path) -> Mnt {
+/// Where the root filesystem (XFS, from 513 MiB to 1 MiB before the end)
+/// of a raw x86_64 disk this project built lies: (offset, length).
+pub fn raw_root_extent(raw: &Path) -> (u64, u64) {
     const MIB: u64 = 1 << 20;
     let len = std::fs::metadata(raw).unwrap().len();
-    Mnt::new(
-        raw,
-        513 * MIB,
-        len - 513 * MIB - MIB,
-        "xfs",
-        "ro,norecovery,nouuid",
-        at,
-    )
+    (513 * MIB, len - 513 * MIB - MIB)
+}
+
+/// The root filesystem of a raw x86_64 disk this project built
+/// ([`raw_root_extent`]), mounted read-only at `at`.
+pub fn mount_raw_root(raw: &Path, at: &Path) -> Mnt {
+    let (offset, len) = raw_root_extent(raw);
+    Mnt::new(raw, offset, len, "xfs", "ro,norecovery,nouuid", at)
 }
 
 /// Its boot filesystem (ext4, 384 MiB at 129 MiB), mounted read-only.

@@ -83,19 +83,14 @@ fn join_arch(arch: &str, (l0, a0): (&str, &mut Arch), (l1, add): (&str, &Arch)) 
         for (format, kinds) in &pa.formats {
             let f0 = p0.formats.entry(format.clone()).or_default();
             for (kind, art) in kinds {
-                match f0.get(kind) {
-                    None => {
-                        f0.insert(kind.clone(), art.clone());
-                    }
-                    Some(x) if x == art => {}
-                    Some(x) => {
-                        return Err(clash(
-                            format!("platform {platform} format {format} {kind}"),
-                            file(x),
-                            file(art),
-                        ))
-                    }
-                }
+                add_once(
+                    f0,
+                    kind,
+                    art,
+                    file,
+                    || format!("platform {platform} format {format} {kind}"),
+                    &clash,
+                )?;
             }
         }
     }
@@ -106,35 +101,25 @@ fn join_arch(arch: &str, (l0, a0): (&str, &mut Arch), (l1, add): (&str, &Arch)) 
             if let Some(aws) = &i.aws {
                 let r0 = &mut i0.aws.get_or_insert_with(Default::default).regions;
                 for (region, img) in &aws.regions {
-                    match r0.get(region) {
-                        None => {
-                            r0.insert(region.clone(), img.clone());
-                        }
-                        Some(x) if x == img => {}
-                        Some(x) => {
-                            return Err(clash(
-                                format!("the aws image of region {region}"),
-                                format!("{} of release {}", x.image, x.release),
-                                format!("{} of release {}", img.image, img.release),
-                            ))
-                        }
-                    }
+                    add_once(
+                        r0,
+                        region,
+                        img,
+                        |x| format!("{} of release {}", x.image, x.release),
+                        || format!("the aws image of region {region}"),
+                        &clash,
+                    )?;
                 }
             }
             for (cloud, v) in &i.other {
-                match i0.other.get(cloud) {
-                    None => {
-                        i0.other.insert(cloud.clone(), v.clone());
-                    }
-                    Some(x) if x == v => {}
-                    Some(x) => {
-                        return Err(clash(
-                            format!("the {cloud} images"),
-                            x.to_string(),
-                            v.to_string(),
-                        ))
-                    }
-                }
+                add_once(
+                    &mut i0.other,
+                    cloud,
+                    v,
+                    |x| x.to_string(),
+                    || format!("the {cloud} images"),
+                    &clash,
+                )?;
             }
         }
     }
@@ -149,6 +134,26 @@ fn join_arch(arch: &str, (l0, a0): (&str, &mut Arch), (l1, add): (&str, &Arch)) 
                 x.to_string(),
             ));
         }
+    }
+    Ok(())
+}
+
+/// `value` under `key` in `map`: added if absent, kept if equal; a
+/// different value there is `clash`, `what` naming it and `show` each side.
+fn add_once<V: PartialEq + Clone>(
+    map: &mut BTreeMap<String, V>,
+    key: &str,
+    value: &V,
+    show: impl Fn(&V) -> String,
+    what: impl FnOnce() -> String,
+    clash: &dyn Fn(String, String, String) -> anyhow::Error,
+) -> Result<()> {
+    match map.get(key) {
+        None => {
+            map.insert(key.to_string(), value.clone());
+        }
+        Some(x) if x == value => {}
+        Some(x) => return Err(clash(what(), show(x), show(value))),
     }
     Ok(())
 }
