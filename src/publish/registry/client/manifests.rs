@@ -66,6 +66,9 @@ impl Client {
     pub fn put_manifest(&self, reference: &str, media_type: &str, bytes: &[u8]) -> Result<String> {
         let url = self.url(&format!("manifests/{reference}"));
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        if reference.starts_with("sha256:") && reference != digest {
+            anyhow::bail!("manifest {reference}: its bytes have digest {digest}");
+        }
         self.retrying(
             &format!("registry {}: manifest {reference}", self.host),
             || {
@@ -81,25 +84,13 @@ impl Client {
                 match r.status().as_u16() {
                     201 | 200 | 204 => Ok(()),
                     s if transient_status(s) => Err(Fault::Transient(anyhow!("HTTP {s}"))),
-                    s => {
-                        let why = error_text(&mut r);
-                        // A registry that takes images only: the manifest
-                        // (artifactType, a non-image layer) is what it
-                        // refuses, not its bytes; say what would take it.
-                        let fix = if matches!(s, 400 | 415)
-                            && (why.contains("MANIFEST_INVALID")
-                                || why.contains("UNSUPPORTED")
-                                || why.to_lowercase().contains("media type"))
-                        {
-                            ": it does not take OCI artifacts (a manifest with an artifactType and a disk image as its layer); push to a registry that implements the OCI distribution spec 1.1 (docker-registry/distribution 2.8 and later, Quay, Harbor, Zot do)"
-                        } else {
-                            ""
-                        };
-                        Err(Fault::Fatal(anyhow!(
-                            "registry {} refused the manifest {reference} ({media_type}): HTTP {s}: {why}{fix}",
-                            self.host
-                        )))
-                    }
+                    s => Err(put_refused(
+                        &self.host,
+                        reference,
+                        media_type,
+                        s,
+                        &error_text(&mut r),
+                    )),
                 }
             },
         )?;
@@ -154,4 +145,42 @@ impl Client {
             }
         }
     }
+}
+
+/// What a refused manifest PUT means. `DIGEST_INVALID` can only be the
+/// registry's own fault here: the reference is a tag or the digest of the
+/// very bytes sent. distribution 2.8's filesystem driver rewrites a link
+/// file in place (truncate, then write), so a push checking an index's
+/// children while another push links the same manifest reads an empty
+/// link, and its digest parse fails as DIGEST_INVALID (UPSTREAM.md §28;
+/// fixed upstream by distribution PR #4624). Another attempt reads the
+/// whole link. A registry that takes images only gets the fix named;
+/// every other refusal is final.
+pub(super) fn put_refused(
+    host: &str,
+    reference: &str,
+    media_type: &str,
+    status: u16,
+    why: &str,
+) -> Fault {
+    if status == 400 && why.starts_with("DIGEST_INVALID") {
+        return Fault::Transient(anyhow!(
+            "registry {host} answered the manifest {reference} HTTP 400 {why}, though it is the digest of the bytes sent: a concurrent write of the same manifest in the registry's storage"
+        ));
+    }
+    // A registry that takes images only: the manifest (artifactType, a
+    // non-image layer) is what it refuses, not its bytes; say what would
+    // take it.
+    let fix = if matches!(status, 400 | 415)
+        && (why.contains("MANIFEST_INVALID")
+            || why.contains("UNSUPPORTED")
+            || why.to_lowercase().contains("media type"))
+    {
+        ": it does not take OCI artifacts (a manifest with an artifactType and a disk image as its layer); push to a registry that implements the OCI distribution spec 1.1 (docker-registry/distribution 2.8 and later, Quay, Harbor, Zot do)"
+    } else {
+        ""
+    };
+    Fault::Fatal(anyhow!(
+        "registry {host} refused the manifest {reference} ({media_type}): HTTP {status}: {why}{fix}"
+    ))
 }
