@@ -16,4 +16,5 @@ pub mod platforms;
 pub mod publish;
 pub mod release;
 pub mod sys;
+pub mod trust;
 pub mod util;

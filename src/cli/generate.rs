@@ -100,6 +100,12 @@ pub struct GenerateArgs {
     /// add to its index.
     #[arg(long, value_name = "REF", help_heading = "Registry")]
     pub push: Option<String>,
+    /// Sign with this cosign private key (its password in
+    /// COSIGN_PASSWORD): the provenance beside meta.json as a DSSE
+    /// envelope (provenance.dsse.json), and with --push what is pushed, as
+    /// `push --sign-key` does.
+    #[arg(long, value_name = "FILE", help_heading = "Registry")]
+    pub sign_key: Option<PathBuf>,
     /// After the build, import the vmware OVA into vCenter as the template
     /// NAME, as `vsphere import` does (vCenter and credentials from GOVC_URL,
     /// GOVC_USERNAME, GOVC_PASSWORD; placement from the vSphere flags or

@@ -41,4 +41,43 @@ pub struct InputArgs {
     /// Cache directory (imported OS commits). Default: $XDG_CACHE_HOME/bootimage-gen.
     #[arg(long, value_name = "DIR", env = "BOOTIMAGE_GEN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// How the release's signature is checked before anything is built from
+/// it, as OpenShift checks an update (SPEC §8). An official release (its
+/// pull spec, or the IDMS source it mirrors, is Red Hat's or OKD's) must
+/// verify against the built-in keys or those given; any release must when
+/// keys are given or with --require-signature.
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Release signatures")]
+pub struct TrustArgs {
+    /// A release-verification ConfigMap (YAML or JSON, as OpenShift ships
+    /// it in openshift-config-managed): its `verifier-public-key-*`
+    /// keyrings must each be satisfied by a GPG signature of the release,
+    /// read from its `store-*` URLs and --signatures. Replaces the built-in
+    /// Red Hat or OKD one. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub verification_config: Vec<PathBuf>,
+    /// GPG release signatures: the ConfigMap `oc adm release mirror
+    /// --release-image-signature-to-dir` writes, oc-mirror's
+    /// signature-configmap.{json,yaml}, a directory of those, or a
+    /// lookaside directory (sha256=HEX/signature-N). Repeatable. What a
+    /// disconnected site uses when the stores are out of reach.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub signatures: Vec<PathBuf>,
+    /// A cosign public key (PEM): the release's per-arch manifest must
+    /// carry a cosign signature by it (the `.sig` tag, or a cosign 3
+    /// bundle). Replaces the built-in key of OpenShift's
+    /// ClusterImagePolicy. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub sigstore_key: Vec<PathBuf>,
+    /// Verification is required for any release, not only official ones.
+    #[arg(long, conflicts_with = "no_verify_signature")]
+    pub require_signature: bool,
+    /// Build from a release whose signature cannot be verified (recorded
+    /// in meta.json as not verified).
+    #[arg(long)]
+    pub no_verify_signature: bool,
 }

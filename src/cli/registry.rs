@@ -40,6 +40,12 @@ pub struct PushArgs {
     /// Upload chunk size in MiB (blobs up to it go in one request).
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub chunk_mib: u64,
+    /// Sign what is pushed with this cosign private key (its password in
+    /// COSIGN_PASSWORD): the index and every manifest it lists, as `cosign
+    /// sign --key` does, and a SLSA provenance v1 attestation on the index
+    /// (`cosign verify-attestation --type slsaprovenance1` checks it).
+    #[arg(long, value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -68,6 +74,10 @@ pub struct PullArgs {
     /// will be served). Default: the bare file names.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
+    /// Verify the index's cosign signature with this public key (PEM)
+    /// before any file is written; repeatable (any one suffices).
+    #[arg(long, value_name = "FILE")]
+    pub sigstore_key: Vec<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }

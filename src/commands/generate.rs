@@ -10,6 +10,8 @@ pub const ALL_STREAMS: &str = "all";
 
 pub fn run(a: GenerateArgs) -> Result<()> {
     crate::util::cancel::install()?;
+    // --sign-key: read, and its password checked, before any work.
+    let key = super::registry::signing_key(a.sign_key.as_deref())?;
     // --push: the registry reached (and the reference checked) first, so a
     // typo or a refused credential costs seconds, not a build.
     let push = match (&a.push, a.dry_run) {
@@ -33,7 +35,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         Some(run_one(a)?.os_stream)
     };
     if let Some(t) = push {
-        t.push(&output, stream.as_deref())?;
+        t.push(&output, stream.as_deref(), key.as_ref())?;
     }
     Ok(())
 }
@@ -55,6 +57,7 @@ fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
         None => None,
     };
     let vsphere_target = a.vsphere.clone();
+    let sign_key = a.sign_key.clone();
     let flags = Flags {
         platforms: a.platforms,
         aws: (&a.aws).into(),
@@ -77,6 +80,10 @@ fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
         recover(&settings.input.cache_dir, &settings.output);
     }
     let ran = crate::pipeline::run(&settings)?;
+    if !settings.dry_run {
+        let key = super::registry::signing_key(sign_key.as_deref())?;
+        crate::trust::provenance::write(&settings.output, key.as_ref())?;
+    }
     if let Some(v) = vsphere {
         if !settings.dry_run {
             let ova = vmware_ova(&settings.output)?;

@@ -90,6 +90,7 @@ pub fn document(l: &Loaded) -> Value {
             "architecture": r.arch,
             "metadata": r.payload.as_ref().and_then(|p| p.metadata.clone()),
             "index": r.release_index,
+            "signature": l.trust,
         },
         "os-images": r.os_images,
         "os": {
@@ -189,6 +190,38 @@ fn print_release(d: &Value) {
     row("digest", s(&d["release"]["digest"]));
     index_row(&d["release"]["index"]);
     row("architecture", s(&d["release"]["architecture"]));
+    let sig = &d["release"]["signature"];
+    row(
+        "signature",
+        if sig["verified"] == true {
+            "verified".to_string()
+        } else {
+            format!("not verified ({})", s(&sig["policy"]))
+        },
+    );
+    for b in sig["by"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        row(
+            "  verified by",
+            format!(
+                "{} key {} ({}) over {}, from {}",
+                s(&b["mechanism"]),
+                s(&b["key"]),
+                s(&b["keyring"]),
+                s(&b["digest"]),
+                s(&b["origin"])
+            ),
+        );
+    }
+    for w in sig["warnings"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        row("  warning", s(w));
+    }
+    if !sig["os"].is_null() {
+        row("  OS image", s(&sig["os"]));
+    }
 }
 
 fn print_os_images(d: &Value) {

@@ -60,6 +60,13 @@ pub fn input_settings(a: &InputArgs) -> Result<Input> {
         mirrors,
         os_stream: a.os_stream.clone(),
         cache_dir: a.cache_dir.clone().unwrap_or_else(Cache::default_dir),
+        trust: crate::trust::policy::Options {
+            verification_configs: a.trust.verification_config.clone(),
+            signatures: a.trust.signatures.clone(),
+            sigstore_keys: a.trust.sigstore_key.clone(),
+            require: a.trust.require_signature,
+            skip: a.trust.no_verify_signature,
+        },
     })
 }
 

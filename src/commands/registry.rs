@@ -2,6 +2,7 @@
 use crate::cli::{PullArgs, PushArgs, RegistryArgs};
 use crate::image::imageref::DockerRef;
 use crate::publish::registry::{client, pull as pl, push as ps};
+use crate::trust::{provenance, sigstore};
 use anyhow::Result;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -60,8 +61,21 @@ pub fn push(a: PushArgs) -> Result<()> {
     if a.chunk_mib == 0 {
         anyhow::bail!("--chunk-mib must be at least 1");
     }
+    // The key is read (and its password checked) before anything is sent.
+    let key = signing_key(a.sign_key.as_deref())?;
     let t = PushTarget::connect(&a.reference, &options(&a.registry, a.chunk_mib << 20))?;
-    t.push(&a.dir, a.stream.as_deref())
+    t.push(&a.dir, a.stream.as_deref(), key.as_ref())
+}
+
+/// A cosign private key from FILE, its password from COSIGN_PASSWORD (as
+/// cosign reads it; empty when unset).
+pub fn signing_key(path: Option<&std::path::Path>) -> Result<Option<sigstore::SigningKey>> {
+    let Some(p) = path else { return Ok(None) };
+    let pem = std::fs::read(p)
+        .map_err(|e| anyhow::anyhow!("--sign-key {}: cannot read it: {e}", p.display()))?;
+    let password = std::env::var("COSIGN_PASSWORD").unwrap_or_default();
+    sigstore::SigningKey::from_cosign_pem(&pem, password.as_bytes(), &p.display().to_string())
+        .map(Some)
 }
 
 /// A reference to push to and the registry reached: checked before a
@@ -87,8 +101,14 @@ impl PushTarget {
         Ok(PushTarget { r, c })
     }
 
-    /// Push `dir` (a generate output) and say what went where.
-    pub fn push(&self, dir: &std::path::Path, stream: Option<&str>) -> Result<()> {
+    /// Push `dir` (a generate output) and say what went where; with `key`,
+    /// sign the index and what it lists and attest the provenance.
+    pub fn push(
+        &self,
+        dir: &std::path::Path,
+        stream: Option<&str>,
+        key: Option<&sigstore::SigningKey>,
+    ) -> Result<()> {
         let (r, c) = (&self.r, &self.c);
         let p = Progress::new();
         let s = ps::push(c, r, dir, stream, &|n, d, t| p.report("push", n, d, t))?;
@@ -102,6 +122,14 @@ impl PushTarget {
         for i in &s.images {
             crate::util::ui::status(format!("image: {i}"));
         }
+        if let Some(k) = key {
+            self.sign(dir, stream, &s, k).map_err(|e| {
+                e.context(format!(
+                    "{}/{}@{} is pushed but not signed: run the push again with --sign-key",
+                    r.registry, r.repository, s.index_digest
+                ))
+            })?;
+        }
         println!(
             "{}/{}:{}@{} ({} entries)",
             r.registry,
@@ -110,6 +138,54 @@ impl PushTarget {
             s.index_digest,
             s.index_entries
         );
+        Ok(())
+    }
+}
+
+impl PushTarget {
+    /// Sign the index written, every manifest it lists and the images in
+    /// the OCI archives (cosign's `.sig` scheme), and attach the builds'
+    /// SLSA provenance to the index (`.att`).
+    fn sign(
+        &self,
+        dir: &std::path::Path,
+        stream: Option<&str>,
+        s: &ps::Summary,
+        key: &sigstore::SigningKey,
+    ) -> Result<()> {
+        let (r, c) = (&self.r, &self.c);
+        let repo = format!("{}/{}", r.registry, r.repository);
+        let index = c
+            .get_manifest(&s.index_digest)?
+            .ok_or_else(|| anyhow::anyhow!("{repo}@{}: gone after the push", s.index_digest))?;
+        let doc: serde_json::Value = serde_json::from_slice(&index.bytes)?;
+        let mut digests = vec![s.index_digest.clone()];
+        for d in doc["manifests"].as_array().into_iter().flatten() {
+            if let Some(d) = d["digest"].as_str() {
+                digests.push(d.to_string());
+            }
+        }
+        digests.extend(s.image_digests.iter().cloned());
+        digests.dedup();
+        for d in &digests {
+            sigstore::sign_image(c, &repo, d, key)?;
+        }
+        let metas: Vec<serde_json::Value> = ps::runs(dir, stream)?
+            .into_iter()
+            .map(|run| run.meta)
+            .collect();
+        let mut statement = provenance::statement(&metas.iter().collect::<Vec<_>>())?;
+        // The attestation is about the index: its subject is the index.
+        statement["subject"] = serde_json::json!([{
+            "name": format!("{repo}:{}", r.tag.as_deref().unwrap_or("")),
+            "digest": {"sha256": s.index_digest.trim_start_matches("sha256:")}
+        }]);
+        sigstore::attest_image(c, &s.index_digest, &statement, key)?;
+        crate::util::ui::status(format!(
+            "signed the index and {} manifests with key {} (cosign verify --key), and attached its SLSA provenance (cosign verify-attestation --type slsaprovenance1)",
+            digests.len() - 1,
+            key.public().id()
+        ));
         Ok(())
     }
 }
@@ -137,6 +213,12 @@ pub fn pull(a: PullArgs) -> Result<()> {
         .map(crate::release::parse_arch)
         .transpose()?;
     let c = client::Client::connect(&r, &options(&a.registry, 0))?;
+    // Verified, the index is pulled by its digest: the tag cannot move
+    // between the check and the pull.
+    let r = match verify_pull(&c, &r, &a.sigstore_key)? {
+        Some(d) => r.with_digest(&d),
+        None => r,
+    };
     let p = Progress::new();
     let sel = pl::Selection {
         arch,
@@ -170,4 +252,49 @@ pub fn pull(a: PullArgs) -> Result<()> {
         p.start.elapsed()
     ));
     Ok(())
+}
+
+/// `pull --sigstore-key`: the index (by the tag's digest, or the digest
+/// given) must carry a cosign signature by one of the keys; checked
+/// before anything is written. The index pins what it lists by digest.
+fn verify_pull(
+    c: &client::Client,
+    r: &DockerRef,
+    keys: &[std::path::PathBuf],
+) -> Result<Option<String>> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let mut k = Vec::new();
+    for p in keys {
+        let pem = std::fs::read(p)
+            .map_err(|e| anyhow::anyhow!("--sigstore-key {}: cannot read it: {e}", p.display()))?;
+        k.push(sigstore::PublicKey::from_pem(
+            &pem,
+            &p.display().to_string(),
+        )?);
+    }
+    let reference = r
+        .digest
+        .clone()
+        .or_else(|| r.tag.clone())
+        .unwrap_or_default();
+    let m = c.get_manifest(&reference)?.ok_or_else(|| {
+        anyhow::anyhow!("{}/{}:{reference}: no such index", r.registry, r.repository)
+    })?;
+    match sigstore::verify_image(c, &m.digest, &k)? {
+        Some(v) => {
+            crate::util::ui::status(format!(
+                "{}/{}@{}: signature verified (key {}, {})",
+                r.registry, r.repository, m.digest, v.key_id, v.found
+            ));
+            Ok(Some(m.digest))
+        }
+        None => anyhow::bail!(
+            "{}/{}@{}: no cosign signature; nothing was pulled (push it with --sign-key, or pull without --sigstore-key)",
+            r.registry,
+            r.repository,
+            m.digest
+        ),
+    }
 }

@@ -103,6 +103,25 @@ impl Mirrors {
         Ok(Mirrors { rules })
     }
 
+    /// The source repositories whose mirrors `r` lies in (a release pulled
+    /// from a mirror is known by its source: `oc adm release mirror`
+    /// writes the IDMS that maps it).
+    pub fn sources_of(&self, r: &DockerRef) -> Vec<String> {
+        let name = r.name();
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            for m in &rule.mirrors {
+                if name == *m || name.starts_with(&format!("{m}/")) {
+                    let src = format!("{}{}", rule.source, &name[m.len()..]);
+                    if !out.contains(&src) {
+                        out.push(src);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// For a digest reference: the mirror references to try (in order) and
     /// whether the source itself may still be contacted. Tag references get
     /// no mirrors (IDMS applies to digests only).

@@ -13,6 +13,8 @@ use std::time::Instant;
 /// The outcome of resolving (and maybe importing).
 pub struct Loaded {
     pub resolved: Resolved,
+    /// What verified the release (or why nothing had to).
+    pub trust: crate::trust::policy::Record,
     pub import: Option<(ImportRecord, bool)>,
     pub os: Option<OsInfo>,
     pub cache: Cache,
@@ -49,6 +51,7 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
         tmp.path(),
     )
     .await?;
+    let trust = check_release(input, &resolved)?;
     ui::status(format!(
         "OS image: release tag {}{}: {}",
         resolved.os_tag,
@@ -103,8 +106,32 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
     };
     Ok(Loaded {
         resolved,
+        trust,
         import: rec,
         os,
         cache,
     })
+}
+
+/// The release's signature checked before anything is imported or built
+/// (`trust::policy`); said in one line.
+fn check_release(input: &Input, r: &Resolved) -> Result<crate::trust::policy::Record> {
+    let digest = r
+        .release_index
+        .as_ref()
+        .map_or(r.release_digest.as_str(), |i| i.index_digest.as_str());
+    let rec = crate::trust::policy::check(
+        &input.trust,
+        &crate::trust::policy::Subject {
+            release: &input.release,
+            mirrors: input.mirrors.as_ref(),
+            fetch: &input.fetch,
+            digest,
+            arch_digest: &r.release_digest,
+            os_source: &r.os_source,
+            os_digest: &r.os_digest,
+        },
+    )?;
+    ui::status(format!("release {}: {}", short(digest), rec.summary()));
+    Ok(rec)
 }

@@ -101,6 +101,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
         m.images.insert(key, entry);
     }
     publish::publish_metadata(s, &loaded.resolved, &plan, aws.as_ref(), m)?;
+    publish::write_verification(s, &loaded.trust)?;
     b.note_shared_work();
     drop(b);
     drop(base);

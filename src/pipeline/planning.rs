@@ -57,6 +57,7 @@ pub(super) fn dry_plan(
         compressor: s.compressor,
         backend: chosen,
         output_dir: s.output.clone(),
+        signature: &loaded.trust.summary(),
     })?;
     Ok((dry, live))
 }

@@ -35,7 +35,10 @@ pub(super) fn start_meta(plan: &Plan) -> Meta {
         image: r.reference.clone(),
         digest: Some(r.digest.clone()),
         tags: vec![r.version.clone()],
-        comment: Some("OpenShift release image the OS was resolved from".into()),
+        comment: Some(format!(
+            "OpenShift release image the OS was resolved from; {}",
+            r.signature
+        )),
     });
     m
 }
@@ -123,4 +126,13 @@ pub(super) fn publish_metadata(
     let st = stream::from_meta(&written, &stream_name, s.base_url.as_deref(), &pinned);
     stream::write_stream(&s.output, &st)?;
     Ok(())
+}
+
+/// The whole verification record (stores, files and tags it read, what was
+/// refused) beside meta.json: `release-verification.json`, a file of this
+/// run (its paths and URLs are the run's), not an artifact.
+pub(super) fn write_verification(s: &Settings, rec: &crate::trust::policy::Record) -> Result<()> {
+    let mut doc = serde_json::to_vec_pretty(rec)?;
+    doc.push(b'\n');
+    meta::write_atomic(&s.output, crate::trust::policy::RECORD_FILE, &doc)
 }

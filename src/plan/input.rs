@@ -12,6 +12,8 @@ pub struct Input {
     pub mirrors: Option<Mirrors>,
     pub os_stream: Option<String>,
     pub cache_dir: std::path::PathBuf,
+    /// How the release's signature is checked.
+    pub trust: crate::trust::policy::Options,
 }
 
 /// First 12 hex digits of a digest or checksum.

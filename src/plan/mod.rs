@@ -189,6 +189,8 @@ pub struct PlanRelease {
     pub digest: String,
     pub version: String,
     pub arch: String,
+    /// What verified its signature, in one line (`trust::policy`).
+    pub signature: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -424,6 +426,8 @@ pub struct PlanInput<'a> {
     pub compressor: Option<Compressor>,
     pub backend: Chosen,
     pub output_dir: PathBuf,
+    /// What verified the release's signature, in one line.
+    pub signature: &'a str,
 }
 
 impl DryPlan {
@@ -493,6 +497,7 @@ impl DryPlan {
                 digest: r.release_digest.clone(),
                 version: r.release_version.clone(),
                 arch,
+                signature: i.signature.to_string(),
             },
             os: PlanOs {
                 tag: r.os_tag.clone(),

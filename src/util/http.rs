@@ -88,6 +88,17 @@ fn pem_roots(f: &Path, from: &str) -> Result<Vec<ureq::tls::Certificate<'static>
 /// callers read the service's error body), follows no redirect, and gives
 /// up connecting after 15 s and waiting for an answer after `recv`.
 pub fn agent(trust: Trust<'_>, insecure: bool, recv: Duration) -> Result<ureq::Agent> {
+    agent_following(trust, insecure, recv, 0)
+}
+
+/// [`agent`], following up to `redirects` redirects (as Go's default
+/// client follows 10: what a signature store behind a CDN needs).
+pub fn agent_following(
+    trust: Trust<'_>,
+    insecure: bool,
+    recv: Duration,
+    redirects: u32,
+) -> Result<ureq::Agent> {
     use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
     let roots = match trust {
         Trust::System => system_roots(),
@@ -116,7 +127,7 @@ pub fn agent(trust: Trust<'_>, insecure: bool, recv: Duration) -> Result<ureq::A
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(15)))
         .timeout_recv_response(Some(recv))
-        .max_redirects(0)
+        .max_redirects(redirects)
         .build()
         .into())
 }

@@ -14,11 +14,13 @@
 //! - `upload`: blobs pushed (`Pushed`);
 //! - `download`: blobs pulled to a file;
 //! - `manifests`: manifests read and written (`Manifest`), the tag list;
+//! - `referrers`: the referrers API (`GET /v2/<name>/referrers/<digest>`);
 //! - `wire`: the request body, header and error-body helpers, `Fault`.
 mod challenge;
 mod conn;
 mod download;
 mod manifests;
+mod referrers;
 mod upload;
 mod wire;
 

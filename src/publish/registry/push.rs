@@ -99,6 +99,9 @@ pub struct Summary {
     pub index_digest: String,
     pub index_entries: usize,
     pub images: Vec<String>,
+    /// The digests of the images inside the OCI archives (listed by the
+    /// index only through an annotation).
+    pub image_digests: Vec<String>,
 }
 
 /// The blob of an OCI archive member: (offset in the archive, size).
@@ -340,6 +343,8 @@ fn push_run(
                 d["digest"].as_str().unwrap()
             );
             e["annotations"]["io.bootimage-gen.image"] = image.clone().into();
+            s.image_digests
+                .push(d["digest"].as_str().unwrap_or_default().to_string());
             s.images
                 .push(format!("{key} ({}, {}): {image}", run.arch, run.stream));
         }
