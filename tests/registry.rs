@@ -1581,3 +1581,163 @@ fn walk_size(d: &Path) -> u64 {
         .map(|m| m.len())
         .sum()
 }
+
+/// `push --sign-key` as a site checks it with the real cosign (Debian
+/// trixie's 2.5): `cosign verify --key` accepts the index and every entry,
+/// `cosign verify-attestation --type slsaprovenance1` accepts the
+/// provenance on the index (its subject the index, its dependencies the
+/// release and the OS image by digest); another key is refused; an
+/// unsigned push of a changed output is refused by both cosign and
+/// `pull --sigstore-key` (nothing written); a wrong COSIGN_PASSWORD is one
+/// line and pushes nothing.
+#[test]
+fn a_signed_push_passes_cosign_verify_and_verify_attestation() {
+    use common::cosign::{Cosign, PASSWORD};
+    let b = built();
+    let cosign = Cosign::new("trixie");
+    let (_k1, key, public) = cosign.key_pair();
+    let (_k2, _, other) = cosign.key_pair();
+    let reg = Registry::start(false);
+    let host = reg.host();
+    let push_signed = |tag: &str, dir: &Path, password: &str| {
+        tool(
+            &[
+                "push",
+                dir.to_str().unwrap(),
+                &format!("{host}/ocp/bootimages:{tag}"),
+                "--insecure",
+                "--sign-key",
+                key.to_str().unwrap(),
+            ],
+            &[("COSIGN_PASSWORD", password)],
+        )
+    };
+
+    let o = push_signed("signed", &b.out, "not the password");
+    let e = one_error(&o, "wrong COSIGN_PASSWORD");
+    eprintln!("wrong password: {e}");
+    assert_eq!(
+        tag_digest(&reg, "signed"),
+        None,
+        "a push with a bad key sent something"
+    );
+
+    let o = push_signed("signed", &b.out, PASSWORD);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("signed the index and"),
+        "{}",
+        stderr(&o)
+    );
+    let idx = printed_digest(&o);
+    let at = |d: &str| format!("{host}/ocp/bootimages@{d}");
+    let v = cosign.verify(&["verify"], &public, &at(&idx));
+    assert!(
+        v.status.success(),
+        "cosign verify of the index: {}",
+        stderr(&v)
+    );
+    assert!(stdout(&v).contains(&idx), "{}", stdout(&v));
+    let index: Value = serde_json::from_slice(&stored(&reg, &idx)).unwrap();
+    for e in index["manifests"].as_array().unwrap() {
+        let d = e["digest"].as_str().unwrap();
+        let v = cosign.verify(&["verify"], &public, &at(d));
+        assert!(v.status.success(), "cosign verify of {e}: {}", stderr(&v));
+    }
+    let v = cosign.verify(&["verify"], &other, &at(&idx));
+    assert!(!v.status.success(), "another key verified the index");
+
+    let v = cosign.verify(
+        &["verify-attestation", "--type", "slsaprovenance1"],
+        &public,
+        &at(&idx),
+    );
+    assert!(
+        v.status.success(),
+        "cosign verify-attestation: {}",
+        stderr(&v)
+    );
+    use base64::Engine;
+    let env: Value = serde_json::from_str(stdout(&v).lines().next().unwrap()).unwrap();
+    let st: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(env["payload"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(st["predicateType"], "https://slsa.dev/provenance/v1");
+    assert_eq!(
+        st["subject"][0]["digest"]["sha256"],
+        idx.trim_start_matches("sha256:")
+    );
+    let deps = st["predicate"]["buildDefinition"]["resolvedDependencies"].to_string();
+    for key in ["release-payload", "base-oscontainer"] {
+        let d = b.meta[key]["digest"].as_str().unwrap();
+        assert!(
+            deps.contains(d.trim_start_matches("sha256:")),
+            "{key} {d} not in {deps}"
+        );
+    }
+    let v = cosign.verify(
+        &["verify-attestation", "--type", "slsaprovenance1"],
+        &other,
+        &at(&idx),
+    );
+    assert!(!v.status.success(), "another key verified the attestation");
+
+    // pull --sigstore-key: the signed tag comes; an unsigned push of a
+    // changed output is refused before a file is written.
+    let got = tempfile::tempdir().unwrap();
+    let o = tool(
+        &[
+            "pull",
+            &format!("{host}/ocp/bootimages:signed"),
+            "-o",
+            got.path().join("ok").to_str().unwrap(),
+            "--insecure",
+            "--sigstore-key",
+            public.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("signature verified"), "{}", stderr(&o));
+    let changed = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(&b.out).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, changed.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let stream = changed.path().join("stream.json");
+    let mut s = read(&stream);
+    s.extend_from_slice(b"\n");
+    std::fs::write(&stream, s).unwrap();
+    let o = tool(
+        &[
+            "push",
+            changed.path().to_str().unwrap(),
+            &format!("{host}/ocp/bootimages:changed"),
+            "--insecure",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let changed_idx = printed_digest(&o);
+    let v = cosign.verify(&["verify"], &public, &at(&changed_idx));
+    assert!(!v.status.success(), "cosign verified an unsigned index");
+    let dest = got.path().join("refused");
+    let o = tool(
+        &[
+            "pull",
+            &format!("{host}/ocp/bootimages:changed"),
+            "-o",
+            dest.to_str().unwrap(),
+            "--insecure",
+            "--sigstore-key",
+            public.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let e = one_error(&o, "no cosign signature");
+    eprintln!("unsigned pull: {e}");
+    assert!(!dest.exists() || std::fs::read_dir(&dest).unwrap().count() == 0);
+}

@@ -17,110 +17,11 @@ use base64::Engine;
 use bootimage_gen::image::imageref::DockerRef;
 use bootimage_gen::publish::registry::client::{Client, Options, MANIFEST_OCI};
 use bootimage_gen::trust::sigstore::{self, PublicKey, SigningKey};
+use common::cosign::{Cosign, PASSWORD};
 use common::Registry;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-const PASSWORD: &str = "correct horse";
-
-/// The cosign of Debian `suite` (fetched once, cached).
-fn cosign_bin(suite: &str) -> PathBuf {
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/cosign.sh");
-    PathBuf::from(common::must(Command::new(tool).arg(suite)).trim())
-}
-
-struct Cosign {
-    bin: PathBuf,
-    /// Major version: 2 or 3.
-    major: u32,
-    home: tempfile::TempDir,
-}
-
-impl Cosign {
-    fn new(suite: &str) -> Cosign {
-        let bin = cosign_bin(suite);
-        let c = Cosign {
-            bin,
-            major: 0,
-            home: tempfile::tempdir().unwrap(),
-        };
-        let v = String::from_utf8_lossy(&c.run(&["version"], None).stdout).to_string();
-        let git = v
-            .lines()
-            .find(|l| l.starts_with("GitVersion"))
-            .unwrap_or_default()
-            .to_string();
-        // Debian builds say "devel": the package version is in the path.
-        let major = if c.bin.to_string_lossy().contains("cosign-trixie-2.") || git.contains("v2.") {
-            2
-        } else {
-            3
-        };
-        eprintln!("cosign {suite}: {} ({git})", c.bin.display());
-        Cosign { major, ..c }
-    }
-
-    fn run(&self, args: &[&str], dir: Option<&Path>) -> Output {
-        let mut c = Command::new(&self.bin);
-        c.args(args)
-            .env("HOME", self.home.path())
-            .env("COSIGN_PASSWORD", PASSWORD)
-            .env("COSIGN_YES", "true")
-            .env_remove("SIGSTORE_ROOT_FILE")
-            .env_remove("DOCKER_CONFIG");
-        if let Some(d) = dir {
-            c.current_dir(d);
-        }
-        c.output().unwrap()
-    }
-
-    /// A key pair in a directory of its own: (cosign.key, cosign.pub).
-    fn key_pair(&self) -> (tempfile::TempDir, PathBuf, PathBuf) {
-        let d = tempfile::tempdir().unwrap();
-        let o = self.run(&["generate-key-pair"], Some(d.path()));
-        assert!(o.status.success(), "{}", common::stderr(&o));
-        let (k, p) = (d.path().join("cosign.key"), d.path().join("cosign.pub"));
-        (d, k, p)
-    }
-
-    const REG: [&'static str; 2] = ["--allow-insecure-registry", "--allow-http-registry"];
-
-    /// `cosign sign --key` without a transparency log; `legacy` asks cosign
-    /// 3 for the `.sig` layout instead of its bundle.
-    fn sign(&self, key: &Path, image: &str, legacy: bool) {
-        let mut a = vec![
-            "sign",
-            "--key",
-            key.to_str().unwrap(),
-            "--tlog-upload=false",
-        ];
-        a.extend(Self::REG);
-        if self.major >= 3 {
-            a.push("--use-signing-config=false");
-            if legacy {
-                a.push("--new-bundle-format=false");
-            }
-        }
-        a.push(image);
-        let o = self.run(&a, None);
-        assert!(o.status.success(), "cosign sign: {}", common::stderr(&o));
-    }
-
-    /// `cosign verify[-attestation] --key`: its output.
-    fn verify(&self, what: &[&str], public: &Path, image: &str) -> Output {
-        let mut a = what.to_vec();
-        a.extend([
-            "--key",
-            public.to_str().unwrap(),
-            "--insecure-ignore-tlog=true",
-            "--insecure-ignore-sct",
-        ]);
-        a.extend(Self::REG);
-        a.push(image);
-        self.run(&a, None)
-    }
-}
+use std::path::Path;
+use std::process::Output;
 
 /// A registry on 127.0.0.1 (plain HTTP), our client of `repo` in it, and
 /// the repository's name as cosign writes it.

@@ -119,6 +119,18 @@ fn release() -> &'static Release {
     })
 }
 
+/// [`run`] with more environment.
+fn run_env(cache: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+        .args(args)
+        .env("BOOTIMAGE_GEN_CACHE_DIR", cache)
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env("HOME", cache)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
 fn sha256_digest(b: &[u8]) -> String {
     use sha2::Digest;
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)))
@@ -477,6 +489,59 @@ fn an_official_release_by_its_idms_source_must_verify() {
     );
 }
 
+/// A release signed by the real cosign (Debian forky's 3.1, its default
+/// bundle) verifies with `--sigstore-key`; another key is refused in one
+/// line.
+#[test]
+fn a_cosign_signed_release_verifies_with_its_key() {
+    use common::cosign::Cosign;
+    let r = release();
+    let cosign = Cosign::new("forky");
+    let (_k1, key, public) = cosign.key_pair();
+    let (_k2, _, other) = cosign.key_pair();
+    // A repository of its own, so the other tests' release stays unsigned.
+    r.reg.push(&oci("release"), "signed/release:4.18.0-test");
+    for t in ["rhel-coreos", "rhel-coreos-10", "machine-os-content"] {
+        r.reg.push(&oci(t), &format!("signed/release:{t}"));
+    }
+    cosign.sign(
+        &key,
+        &format!("{}/signed/release@{}", r.reg.host(), r.digest),
+        false,
+    );
+    let c = tempfile::tempdir().unwrap();
+    let spec = format!("{}/signed/release:4.18.0-test", r.reg.host());
+    let o = run(
+        c.path(),
+        &[
+            "inspect",
+            &spec,
+            "--insecure",
+            "--json",
+            "--sigstore-key",
+            public.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let by = &doc["release"]["signature"]["by"][0];
+    assert_eq!(by["mechanism"], "sigstore", "{doc:#}");
+    assert_eq!(by["digest"], r.digest.as_str());
+    assert!(by["origin"].as_str().unwrap().contains("bundle"), "{by:#}");
+    let o = run(
+        c.path(),
+        &[
+            "inspect",
+            &spec,
+            "--insecure",
+            "--sigstore-key",
+            other.to_str().unwrap(),
+        ],
+    );
+    let e = one_error(&o, "its signature is not verified");
+    eprintln!("another cosign key: {e}");
+}
+
 /// `generate` records the verification: meta.json's release-payload
 /// comment in one line, release-verification.json whole.
 #[cfg(feature = "privileged")]
@@ -491,8 +556,11 @@ fn generate_records_what_verified_the_release() {
     let cm = config_map(&c, &[k], &[]);
     let oc = oc_signature_file(&c, &[sig], r.hex());
     let out = c.join("out");
-    let o = run(
+    let cosign = common::cosign::Cosign::new("trixie");
+    let (_k, sign_key, public) = cosign.key_pair();
+    let o = run_env(
         &c.join("cache"),
+        &[("COSIGN_PASSWORD", common::cosign::PASSWORD)],
         &[
             "generate",
             &r.pull_spec(),
@@ -504,6 +572,8 @@ fn generate_records_what_verified_the_release() {
             cm.to_str().unwrap(),
             "--signatures",
             oc.to_str().unwrap(),
+            "--sign-key",
+            sign_key.to_str().unwrap(),
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -518,5 +588,40 @@ fn generate_records_what_verified_the_release() {
         .as_str()
         .unwrap()
         .contains("signature-sha256-"));
+    // The provenance beside meta.json, as cosign checks a blob's: the
+    // metal disk is a subject of the signed statement, meta.json is not.
+    let metal = image_file(&meta, &out, "metal");
+    let check = |file: &Path, key: &Path| {
+        cosign.run(
+            &[
+                "verify-blob-attestation",
+                "--key",
+                key.to_str().unwrap(),
+                "--signature",
+                out.join("provenance.dsse.json").to_str().unwrap(),
+                "--type",
+                "slsaprovenance1",
+                "--insecure-ignore-tlog=true",
+                file.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    let v = check(&metal, &public);
+    assert!(
+        v.status.success(),
+        "cosign verify-blob-attestation: {}",
+        stderr(&v)
+    );
+    let v = check(&out.join("meta.json"), &public);
+    assert!(
+        !v.status.success(),
+        "meta.json is not a subject, yet it verified"
+    );
+    let (_k2, _, other) = cosign.key_pair();
+    let v = check(&metal, &other);
+    assert!(!v.status.success(), "another key verified the provenance");
+    let st: Value = serde_json::from_slice(&read(&out.join("provenance.intoto.json"))).unwrap();
+    assert_eq!(st["predicateType"], "https://slsa.dev/provenance/v1");
     let _ = std::fs::remove_dir_all(&c);
 }

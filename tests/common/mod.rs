@@ -4,6 +4,7 @@
 //! are in `guards`.
 #![allow(dead_code)]
 pub mod boot;
+pub mod cosign;
 pub mod faults;
 pub mod guards;
 pub mod labels;
