@@ -23,8 +23,8 @@ esac
 
 # What the binary runs: also the image's final stage.
 RUNTIME_PKGS=(
-  # OS import and registry
-  ostree skopeo ca-certificates
+  # OS import and registry; gpgv checks release signatures (GPG)
+  ostree skopeo ca-certificates gpgv
   # disk building
   gdisk fdisk dosfstools mtools xfsprogs e2fsprogs util-linux mount
   grub-pc-bin grub-efi-amd64-bin grub-common
@@ -46,8 +46,9 @@ BUILD_PKGS=(
 TEST_PKGS=(
   # make fuzz: libfuzzer-sys compiles libFuzzer (C++)
   g++
-  # registry
-  docker-registry apache2-utils openssl
+  # registry; release signatures (gpg makes throwaway keys, skopeo
+  # standalone-sign writes atomic signatures)
+  docker-registry apache2-utils openssl gnupg
   # live ISO checks
   genisoimage
   # test OS (python3-yaml: fixtures/os/inject-cosa.py reads cosa's YAML)

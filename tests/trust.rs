@@ -413,6 +413,26 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
     );
     eprintln!("two keyrings: {}", refused(&o, "not verified"));
 
+    // A re-pushed release: the tag now names another manifest, and the
+    // signatures of the one signed are no signatures of it.
+    r.reg.push(&oci("release-legacy"), "ocp/release:repushed");
+    let oc = oc_signature_file(c.path(), &[sign(k, &r.manifest, &name)], r.hex());
+    let o = run(
+        c.path(),
+        &[
+            "inspect",
+            &format!("{}/ocp/release:repushed", r.reg.host()),
+            "--insecure",
+            "--verification-config",
+            cm_s,
+            "--signatures",
+            oc.to_str().unwrap(),
+        ],
+    );
+    let e = one_error(&o, "its signature is not verified");
+    assert!(e.contains("(0 found)"), "{e}");
+    eprintln!("re-pushed: {e}");
+
     // Nothing to check with.
     let o = inspect(c.path(), &["--signatures", d.path().to_str().unwrap()]);
     refused(&o, "--verification-config");
@@ -540,6 +560,21 @@ fn a_cosign_signed_release_verifies_with_its_key() {
     );
     let e = one_error(&o, "its signature is not verified");
     eprintln!("another cosign key: {e}");
+    // Re-pushed: the tag names another release; its signature is not there.
+    r.reg
+        .push(&oci("release-legacy"), "signed/release:4.18.0-test");
+    let o = run(
+        c.path(),
+        &[
+            "inspect",
+            &spec,
+            "--insecure",
+            "--sigstore-key",
+            public.to_str().unwrap(),
+        ],
+    );
+    let e = one_error(&o, "its signature is not verified");
+    eprintln!("re-pushed, cosign: {e}");
 }
 
 /// `generate` records the verification: meta.json's release-payload

@@ -132,6 +132,6 @@ fn check_release(input: &Input, r: &Resolved) -> Result<crate::trust::policy::Re
             os_digest: &r.os_digest,
         },
     )?;
-    ui::status(format!("release {}: {}", short(digest), rec.summary()));
+    ui::status(format!("release {}: {}", short(digest), rec.console()));
     Ok(rec)
 }

@@ -150,6 +150,22 @@ impl Record {
     }
 }
 
+impl Record {
+    /// [`Record::summary`] with where each signature was found and the
+    /// warnings: what the run says on the console.
+    pub fn console(&self) -> String {
+        let mut s = self.summary();
+        let from: Vec<&str> = self.by.iter().map(|b| b.origin.as_str()).collect();
+        if !from.is_empty() {
+            s.push_str(&format!(", from {}", from.join(" and ")));
+        }
+        if let Some(os) = &self.os {
+            s.push_str(&format!("; OS image: {os}"));
+        }
+        s
+    }
+}
+
 /// What the checks need of the resolved release.
 pub struct Subject<'a> {
     pub release: &'a ImageRef,

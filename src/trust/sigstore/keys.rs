@@ -166,7 +166,7 @@ impl SigningKey {
                 match encrypted::open(&p.der, password) {
                     Ok(k) => k,
                     Err(encrypted::OpenError::WrongPassword) => {
-                        bail!("wrong COSIGN_PASSWORD for {origin}")
+                        bail!("wrong COSIGN_PASSWORD for {origin}: set COSIGN_PASSWORD to the password the key pair was made with (cosign generate-key-pair)")
                     }
                     Err(encrypted::OpenError::Format(why)) => {
                         bail!("private key {origin}: not a cosign encrypted key ({why}): give a key from `cosign generate-key-pair`")
