@@ -7,6 +7,9 @@
 //! write. Official releases (by the pull spec's IDMS source) are refused
 //! unverified; every bad input is one line.
 mod common;
+/// cosign both ways at the library level (src/trust/sigstore).
+#[path = "trust/cosign.rs"]
+mod cosign;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! cosign-compatible keys, signatures and attestations, read and written
 //! (SPEC §8; UPSTREAM.md §29b). The judge is the real cosign CLI (2.5 and
-//! 3.1, tests/sigstore.rs), both ways.
+//! 3.1, tests/trust/cosign.rs), both ways.
 //!
 //! In: PEM keys (cosign.pub, the encrypted cosign.key and its password, the
 //! OpenShift ClusterImagePolicy's key built in), a registry `Client` and an

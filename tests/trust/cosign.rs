@@ -12,13 +12,12 @@
 //!   signature or statement and a signature moved onto another image;
 //! - `SigningKey::from_cosign_pem` reads the keys each cosign generates;
 //!   a wrong password is one line.
-mod common;
+use crate::common::cosign::{Cosign, PASSWORD};
+use crate::common::Registry;
 use base64::Engine;
 use bootimage_gen::image::imageref::DockerRef;
 use bootimage_gen::publish::registry::client::{Client, Options, MANIFEST_OCI};
 use bootimage_gen::trust::sigstore::{self, PublicKey, SigningKey};
-use common::cosign::{Cosign, PASSWORD};
-use common::Registry;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Output;
@@ -230,12 +229,14 @@ fn we_sign_cosign_verifies(suite: &str) {
     };
     let (s1, s2) = (read(&key1), read(&key2));
     let (ia, ib) = (format!("{name}@{a}"), format!("{name}@{b}"));
-    let ok = |o: &Output, what: &str| assert!(o.status.success(), "{what}: {}", common::stderr(o));
+    let ok = |o: &Output, what: &str| {
+        assert!(o.status.success(), "{what}: {}", crate::common::stderr(o))
+    };
     let refused = |o: &Output, what: &str| {
         assert!(
             !o.status.success(),
             "{what}: cosign accepted: {}",
-            common::stdout(o)
+            crate::common::stdout(o)
         )
     };
 
@@ -243,7 +244,11 @@ fn we_sign_cosign_verifies(suite: &str) {
     sigstore::sign_image(&c, &name, &a, &s1).unwrap();
     let o = cosign.verify(&["verify"], &pub1, &ia);
     ok(&o, "cosign verify of our signature");
-    assert!(common::stdout(&o).contains(&a), "{}", common::stdout(&o));
+    assert!(
+        crate::common::stdout(&o).contains(&a),
+        "{}",
+        crate::common::stdout(&o)
+    );
     refused(&cosign.verify(&["verify"], &pub2, &ia), "another key");
     // A second signer appends; signing again with the first adds nothing.
     sigstore::sign_image(&c, &name, &a, &s2).unwrap();
@@ -295,9 +300,9 @@ fn we_sign_cosign_verifies(suite: &str) {
     let o = cosign.verify(&att, &pub1, &ia);
     ok(&o, "cosign verify-attestation of our attestation");
     assert!(
-        common::stdout(&o).contains("dsse") || common::stdout(&o).contains("payload"),
+        crate::common::stdout(&o).contains("dsse") || crate::common::stdout(&o).contains("payload"),
         "{}",
-        common::stdout(&o)
+        crate::common::stdout(&o)
     );
     refused(
         &cosign.verify(&att, &pub2, &ia),
@@ -384,7 +389,7 @@ fn we_read_cosign2_and_cosign3_keys_and_refuse_a_wrong_password() {
         assert!(
             o.status.success(),
             "{suite} verify-blob: {}",
-            common::stderr(&o)
+            crate::common::stderr(&o)
         );
         std::fs::write(&blob, b"a blob!").unwrap();
         assert!(
@@ -408,7 +413,7 @@ fn we_read_cosign2_and_cosign3_keys_and_refuse_a_wrong_password() {
         assert!(
             o.status.success(),
             "{suite} public-key of our sealed key: {}",
-            common::stderr(&o)
+            crate::common::stderr(&o)
         );
         let theirs = PublicKey::from_pem(&o.stdout, "cosign public-key").unwrap();
         assert_eq!(theirs.id(), ours.public().id(), "{suite}");
