@@ -181,7 +181,7 @@ pub struct Subject<'a> {
 }
 
 /// Check the release; `Err` (one line) when verification is required and
-/// nothing verified it, or when a signature found for the OS image is bad.
+/// nothing verified it.
 pub fn check(o: &Options, s: &Subject) -> Result<Record> {
     let vendor = official(s.release, s.mirrors);
     let mut rec = Record {
@@ -259,6 +259,9 @@ pub fn check(o: &Options, s: &Subject) -> Result<Record> {
     }
 
     rec.verified = !rec.by.is_empty();
+    // A store tried for each digest warns once.
+    let mut seen = std::collections::BTreeSet::new();
+    rec.warnings.retain(|w| seen.insert(w.clone()));
     if required && !rec.verified {
         let refused = if rec.refused.is_empty() {
             String::new()
@@ -409,11 +412,22 @@ fn cosign(
                     rec.os =
                         Some("no signature of its own: covered by the release's digest pin".into())
                 }
-                Err(e) => bail!(
-                    "OS image {} ({}): its cosign signature is refused: {e:#}",
-                    os.name(),
-                    crate::plan::input::short(s.os_digest)
-                ),
+                // Its own signatures are by other keys (a release the
+                // user signed again over Red Hat's OS image): the pin by
+                // the verified release still covers it; said, not fatal.
+                Err(e) => {
+                    let w = format!(
+                        "OS image {} ({}): its cosign signatures do not verify with these keys ({e:#}); it is covered by the release's digest pin",
+                        os.name(),
+                        crate::plan::input::short(s.os_digest)
+                    );
+                    crate::util::ui::status(format!("warning: {w}"));
+                    rec.os = Some(
+                        "its own signatures are by other keys: covered by the release's digest pin"
+                            .into(),
+                    );
+                    rec.warnings.push(w);
+                }
             }
         }
     }
