@@ -1740,4 +1740,37 @@ fn a_signed_push_passes_cosign_verify_and_verify_attestation() {
     let e = one_error(&o, "no cosign signature");
     eprintln!("unsigned pull: {e}");
     assert!(!dest.exists() || std::fs::read_dir(&dest).unwrap().count() == 0);
+
+    // Tampered: the signed index's signature copied onto the changed one
+    // (what an attacker with push access can do) is refused by both.
+    let sig_of = |d: &str| format!("docker://{host}/ocp/bootimages:sha256-{}.sig", &d[7..]);
+    must(Command::new("skopeo").args([
+        "copy",
+        "--quiet",
+        "--preserve-digests",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        &sig_of(&idx),
+        &sig_of(&changed_idx),
+    ]));
+    let v = cosign.verify(&["verify"], &public, &at(&changed_idx));
+    assert!(
+        !v.status.success(),
+        "cosign verified a signature moved onto the changed index"
+    );
+    let o = tool(
+        &[
+            "pull",
+            &format!("{host}/ocp/bootimages:changed"),
+            "-o",
+            dest.to_str().unwrap(),
+            "--insecure",
+            "--sigstore-key",
+            public.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let e = one_error(&o, "cosign signature");
+    eprintln!("tampered pull: {e}");
+    assert!(!dest.exists() || std::fs::read_dir(&dest).unwrap().count() == 0);
 }

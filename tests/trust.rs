@@ -391,6 +391,10 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
         refused(&o, "its signature is not verified")
     };
     let e = case(vec![sign(other, &r.manifest, &name)], "another key");
+    assert!(
+        e.contains("is not in keyring verifier-public-key-test-0"),
+        "{e}"
+    );
     eprintln!("another key: {e}");
     let e = case(vec![sign(k, &r.other, &name)], "another digest");
     assert!(e.contains(&r.digest[7..19]) || e.contains("digest"), "{e}");
@@ -399,6 +403,10 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
     let n = bent.len() / 2;
     bent[n] ^= 1;
     let e = case(vec![bent], "one byte changed");
+    assert!(
+        e.contains("not an OpenPGP signed message") || e.contains("bad signature"),
+        "{e}"
+    );
     eprintln!("one byte changed: {e}");
 
     // Two keyrings, one satisfied: refused (every keyring must be).
@@ -510,6 +518,24 @@ fn an_official_release_by_its_idms_source_must_verify() {
         by["signed-reference"],
         "quay.io/openshift-release-dev/ocp-release"
     );
+    // The user's keys replace the built-in ones and each must verify: the
+    // ConfigMap does, a --sigstore-key nothing is signed by does not.
+    let (_kd, _, cosign_pub) = common::cosign::Cosign::new("trixie").key_pair();
+    let o = inspect(
+        c.path(),
+        &[
+            "--idms-file",
+            idms_s,
+            "--verification-config",
+            cm.to_str().unwrap(),
+            "--signatures",
+            oc.to_str().unwrap(),
+            "--sigstore-key",
+            cosign_pub.to_str().unwrap(),
+        ],
+    );
+    let e = refused(&o, "not satisfied: a cosign signature by a --sigstore-key");
+    eprintln!("one of the user's keys unmet: {e}");
 }
 
 /// A release signed by the real cosign (Debian forky's 3.1, its default
@@ -662,4 +688,47 @@ fn generate_records_what_verified_the_release() {
     let st: Value = serde_json::from_slice(&read(&out.join("provenance.intoto.json"))).unwrap();
     assert_eq!(st["predicateType"], "https://slsa.dev/provenance/v1");
     let _ = std::fs::remove_dir_all(&c);
+}
+
+/// A local layout whose signed list blob was replaced under its old name is
+/// refused before anything is read from it: the digest a signature names
+/// must be the bytes'.
+#[test]
+fn a_layout_index_whose_bytes_are_not_its_digest_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let lay = d.path().join("oci");
+    let list = fixture_manifest("release-multi");
+    let raw = serde_json::to_vec(&list).unwrap();
+    let digest = sha256_digest(&raw);
+    let blobs = lay.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    // The bytes as stored: valid, and their own digest.
+    std::fs::write(blobs.join(&digest[7..]), &raw).unwrap();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": digest,
+            "size": raw.len(),
+            "annotations": {"org.opencontainers.image.ref.name": "release-multi"}
+        }]
+    });
+    std::fs::write(lay.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    std::fs::write(lay.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let spec = format!("oci:{}:release-multi", lay.display());
+    let c = tempfile::tempdir().unwrap();
+    // Control: with the right bytes, the list is read (and its entries,
+    // absent from this small layout, are what fails).
+    let o = run(c.path(), &["inspect", &spec, "--arch", "x86_64"]);
+    assert!(!stderr(&o).contains("holds other bytes"), "{}", stderr(&o));
+    // Replaced: another valid list under the old name.
+    let mut other = list.clone();
+    other["annotations"] = serde_json::json!({"replaced": "yes"});
+    std::fs::write(
+        blobs.join(&digest[7..]),
+        serde_json::to_vec(&other).unwrap(),
+    )
+    .unwrap();
+    let o = run(c.path(), &["inspect", &spec, "--arch", "x86_64"]);
+    one_error(&o, "holds other bytes");
 }

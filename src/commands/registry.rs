@@ -143,9 +143,11 @@ impl PushTarget {
 }
 
 impl PushTarget {
-    /// Sign the index written, every manifest it lists and the images in
-    /// the OCI archives (cosign's `.sig` scheme), and attach the builds'
-    /// SLSA provenance to the index (`.att`).
+    /// Sign the index written, this push's own entries and the images in
+    /// its OCI archives (cosign's `.sig` scheme; other runs' entries in a
+    /// shared index are signed by those runs, and the index pins them by
+    /// digest), and attach the provenance of its builds to the index
+    /// (`.att`): every artifact and its sha256, and the index, as subjects.
     fn sign(
         &self,
         dir: &std::path::Path,
@@ -155,18 +157,12 @@ impl PushTarget {
     ) -> Result<()> {
         let (r, c) = (&self.r, &self.c);
         let repo = format!("{}/{}", r.registry, r.repository);
-        let index = c
-            .get_manifest(&s.index_digest)?
-            .ok_or_else(|| anyhow::anyhow!("{repo}@{}: gone after the push", s.index_digest))?;
-        let doc: serde_json::Value = serde_json::from_slice(&index.bytes)?;
         let mut digests = vec![s.index_digest.clone()];
-        for d in doc["manifests"].as_array().into_iter().flatten() {
-            if let Some(d) = d["digest"].as_str() {
-                digests.push(d.to_string());
+        for d in s.entry_digests.iter().chain(&s.image_digests) {
+            if !digests.contains(d) {
+                digests.push(d.clone());
             }
         }
-        digests.extend(s.image_digests.iter().cloned());
-        digests.dedup();
         for d in &digests {
             sigstore::sign_image(c, &repo, d, key)?;
         }
@@ -175,14 +171,18 @@ impl PushTarget {
             .map(|run| run.meta)
             .collect();
         let mut statement = provenance::statement(&metas.iter().collect::<Vec<_>>())?;
-        // The attestation is about the index: its subject is the index.
-        statement["subject"] = serde_json::json!([{
-            "name": format!("{repo}:{}", r.tag.as_deref().unwrap_or("")),
-            "digest": {"sha256": s.index_digest.trim_start_matches("sha256:")}
-        }]);
+        if let Some(subjects) = statement["subject"].as_array_mut() {
+            subjects.insert(
+                0,
+                serde_json::json!({
+                    "name": format!("{repo}:{}", r.tag.as_deref().unwrap_or("")),
+                    "digest": {"sha256": s.index_digest.trim_start_matches("sha256:")}
+                }),
+            );
+        }
         sigstore::attest_image(c, &s.index_digest, &statement, key)?;
         crate::util::ui::status(format!(
-            "signed the index and {} manifests with key {} (cosign verify --key), and attached its SLSA provenance (cosign verify-attestation --type slsaprovenance1)",
+            "signed the index and {} manifests of this push with key {} (cosign verify --key), and attached its SLSA provenance (cosign verify-attestation --type slsaprovenance1)",
             digests.len() - 1,
             key.public().id()
         ));
@@ -283,6 +283,23 @@ fn verify_pull(
         anyhow::anyhow!("{}/{}:{reference}: no such index", r.registry, r.repository)
     })?;
     match sigstore::verify_image(c, &m.digest, &k)? {
+        // The signature names the repository it was made for: one made
+        // for another repository does not vouch for this one.
+        Some(v)
+            if v
+                .docker_reference
+                .as_deref()
+                .is_some_and(|d| d != format!("{}/{}", r.registry, r.repository)) =>
+        {
+            anyhow::bail!(
+                "{}/{}@{}: its cosign signature (key {}) was made for {}, not this repository; nothing was pulled",
+                r.registry,
+                r.repository,
+                m.digest,
+                v.key_id,
+                v.docker_reference.as_deref().unwrap_or_default()
+            )
+        }
         Some(v) => {
             crate::util::ui::status(format!(
                 "{}/{}@{}: signature verified (key {}, {})",

@@ -218,6 +218,12 @@ fn layout_index(
         .to_string();
     let raw = read(&blob_name(&digest)?)?
         .with_context(|| format!("{what}: the layout has no blob {digest}"))?;
+    // The digest is what a signature names: it must be the bytes' (a blob
+    // replaced under its old name would otherwise pass for the signed list).
+    let got = sha256(&raw);
+    if got != digest {
+        bail!("{what}: the layout's index blob {digest} holds other bytes (their digest is {got}): the layout was changed after it was written; copy it again");
+    }
     let doc: Value = serde_json::from_slice(&raw)
         .with_context(|| format!("{what}: index {digest} is not valid JSON"))?;
     Ok(Some((digest, doc)))

@@ -7,7 +7,7 @@ use crate::oscontainer::{self, Cache, ImportRecord, OsInfo};
 use crate::plan::input::{short, Input};
 use crate::release::resolve::{self, Resolved};
 use crate::util::ui;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::time::Instant;
 
 /// The outcome of resolving (and maybe importing).
@@ -43,15 +43,24 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
     std::fs::create_dir_all(&scratch)?;
     let fetcher = Fetcher::new(&input.fetch, &scratch).await?;
     let t = Instant::now();
+    // The release's signature, checked before anything its payload names
+    // is read.
+    let mut trust = None;
+    let mut on_release = |img: &crate::image::fetch::Image| -> Result<()> {
+        trust = Some(check_release(input, img)?);
+        Ok(())
+    };
     let (resolved, os_img) = resolve::resolve(
         &fetcher,
         &input.release,
         input.mirrors.as_ref(),
         input.os_stream.as_deref(),
         tmp.path(),
+        &mut on_release,
     )
     .await?;
-    let trust = check_release(input, &resolved)?;
+    let mut trust = trust.context("the release was checked")?;
+    check_os(input, &resolved, &mut trust);
     ui::status(format!(
         "OS image: release tag {}{}: {}",
         resolved.os_tag,
@@ -115,11 +124,14 @@ pub async fn load(input: &Input, import: bool) -> Result<Loaded> {
 
 /// The release's signature checked before anything is imported or built
 /// (`trust::policy`); said in one line.
-fn check_release(input: &Input, r: &Resolved) -> Result<crate::trust::policy::Record> {
-    let digest = r
-        .release_index
+fn check_release(
+    input: &Input,
+    img: &crate::image::fetch::Image,
+) -> Result<crate::trust::policy::Record> {
+    let digest = img
+        .index
         .as_ref()
-        .map_or(r.release_digest.as_str(), |i| i.index_digest.as_str());
+        .map_or(img.digest.as_str(), |i| i.index_digest.as_str());
     let rec = crate::trust::policy::check(
         &input.trust,
         &crate::trust::policy::Subject {
@@ -127,11 +139,17 @@ fn check_release(input: &Input, r: &Resolved) -> Result<crate::trust::policy::Re
             mirrors: input.mirrors.as_ref(),
             fetch: &input.fetch,
             digest,
-            arch_digest: &r.release_digest,
-            os_source: &r.os_source,
-            os_digest: &r.os_digest,
+            arch_digest: &img.digest,
         },
     )?;
     ui::status(format!("release {}: {}", short(digest), rec.console()));
     Ok(rec)
+}
+
+/// The OS image's own cosign signature, where a key applies and it has one.
+fn check_os(input: &Input, r: &Resolved, rec: &mut crate::trust::policy::Record) {
+    crate::trust::policy::check_os(&input.trust, rec, &input.fetch, &r.os_source, &r.os_digest);
+    if let Some(os) = &rec.os {
+        ui::status(format!("OS image {}: {os}", short(&r.os_digest)));
+    }
 }

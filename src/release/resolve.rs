@@ -87,12 +87,26 @@ pub fn derived_layers(img: &Image) -> Option<usize> {
     Some(img.manifest.layers().len().saturating_sub(i + 1))
 }
 
-/// Open the release and read its payload.
-pub async fn read_release(fetcher: &Fetcher, r: &ImageRef, tmp: &Path) -> Result<(Image, Payload)> {
+/// What is done with the release's manifest before anything it names is
+/// read (its signature checked): called with the opened release.
+pub type OnRelease<'a> = &'a mut (dyn FnMut(&Image) -> Result<()> + Send);
+
+/// Open the release, hand it to `on_release` (which may refuse it), and
+/// only then read its payload.
+pub async fn read_release(
+    fetcher: &Fetcher,
+    r: &ImageRef,
+    tmp: &Path,
+    on_release: OnRelease<'_>,
+) -> Result<(Image, Payload)> {
     let img = fetcher
         .open(r)
         .await
         .with_context(|| "reading the release image".to_string())?;
+    if let Err(e) = on_release(&img) {
+        fetcher.close(img).await.ok();
+        return Err(e);
+    }
     let last = img
         .manifest
         .layers()
@@ -198,15 +212,17 @@ pub async fn open_component(
     )
 }
 
-/// Resolve the release and its OS image.
+/// Resolve the release and its OS image; `on_release` sees the release
+/// before its payload is read ([`read_release`]).
 pub async fn resolve(
     fetcher: &Fetcher,
     r: &ImageRef,
     mirrors: Option<&Mirrors>,
     os_stream: Option<&str>,
     tmp: &Path,
+    on_release: OnRelease<'_>,
 ) -> Result<(Resolved, Image)> {
-    let (rel, payload) = read_release(fetcher, r, tmp).await?;
+    let (rel, payload) = read_release(fetcher, r, tmp, on_release).await?;
     let arch = rel.coreos_arch();
     if let Some(want) = &fetcher.opts.arch {
         if rel.index.is_none() && &arch != want {

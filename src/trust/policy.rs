@@ -49,6 +49,13 @@ const OKD_REPOS: &[&str] = &["quay.io/okd/scos-release", "quay.io/openshift/okd"
 impl Vendor {
     /// The vendor whose repository `name` (`host/repo`) is.
     pub fn of(name: &str) -> Option<Vendor> {
+        // Host names compare without case, and :443 is the default port.
+        let name = name.to_lowercase();
+        let name = match name.split_once('/') {
+            Some((host, repo)) => format!("{}/{repo}", host.trim_end_matches(":443")),
+            None => name,
+        };
+        let name = name.as_str();
         if sigstore::builtin_openshift_scopes()
             .iter()
             .any(|s| name == s.as_str())
@@ -166,7 +173,7 @@ impl Record {
     }
 }
 
-/// What the checks need of the resolved release.
+/// What the check needs of the release: as named, and its digests.
 pub struct Subject<'a> {
     pub release: &'a ImageRef,
     pub mirrors: Option<&'a Mirrors>,
@@ -175,13 +182,70 @@ pub struct Subject<'a> {
     pub digest: &'a str,
     /// The per-arch manifest's digest.
     pub arch_digest: &'a str,
-    /// Where the OS image was read from, and its digest.
-    pub os_source: &'a str,
-    pub os_digest: &'a str,
 }
 
-/// Check the release; `Err` (one line) when verification is required and
-/// nothing verified it.
+/// The keys that decide, and whether every one of them must verify.
+struct Keys {
+    /// Each configuration's keyrings (all of a configuration's keyrings
+    /// must be satisfied, as pkg/verify requires).
+    gpg: Vec<atomic::VerificationConfig>,
+    sigstore: Vec<sigstore::PublicKey>,
+    /// The user's keys: every configuration given, and the sigstore keys
+    /// when given, must verify. The built-in ones of an official release:
+    /// either mechanism suffices (the CVO checks GPG, nodes sigstore).
+    all: bool,
+}
+
+fn keys(o: &Options, vendor: Option<Vendor>) -> Result<Keys> {
+    let mut gpg = Vec::new();
+    for f in &o.verification_configs {
+        let raw = std::fs::read(f)
+            .with_context(|| format!("--verification-config {}: cannot read it", f.display()))?;
+        gpg.push(atomic::parse_verification_config(
+            &raw,
+            &f.display().to_string(),
+        )?);
+    }
+    let mut sig = Vec::new();
+    for f in &o.sigstore_keys {
+        let raw = std::fs::read(f)
+            .with_context(|| format!("--sigstore-key {}: cannot read it", f.display()))?;
+        sig.push(sigstore::PublicKey::from_pem(
+            &raw,
+            &f.display().to_string(),
+        )?);
+    }
+    if o.has_keys() {
+        // The user's keys replace every built-in one.
+        return Ok(Keys {
+            gpg,
+            sigstore: sig,
+            all: true,
+        });
+    }
+    if !o.signatures.is_empty() && vendor.is_none() {
+        bail!("--signatures needs the keys to check them with: give the release-verification ConfigMap with --verification-config FILE");
+    }
+    match vendor {
+        Some(v) => Ok(Keys {
+            gpg: atomic::builtin(v.gpg_builtin()).into_iter().collect(),
+            sigstore: match v {
+                Vendor::RedHat => vec![sigstore::builtin_openshift_key()],
+                Vendor::Okd => Vec::new(),
+            },
+            all: false,
+        }),
+        None => Ok(Keys {
+            gpg: Vec::new(),
+            sigstore: Vec::new(),
+            all: false,
+        }),
+    }
+}
+
+/// Check the release's signature, before anything its payload names is
+/// read; `Err` (one line) when verification is required and the keys that
+/// decide are not satisfied.
 pub fn check(o: &Options, s: &Subject) -> Result<Record> {
     let vendor = official(s.release, s.mirrors);
     let mut rec = Record {
@@ -212,57 +276,46 @@ pub fn check(o: &Options, s: &Subject) -> Result<Record> {
         rec.policy = "not required: not an official release and no keys given".into();
         false
     };
+    let k = keys(o, vendor.as_ref().map(|v| v.0))?;
     let digests: Vec<&str> = if s.digest == s.arch_digest {
         vec![s.digest]
     } else {
         vec![s.digest, s.arch_digest]
     };
     let mut tried = Vec::new();
-
-    // GPG atomic signatures.
-    let mut configs = Vec::new();
-    for f in &o.verification_configs {
-        let raw = std::fs::read(f)
-            .with_context(|| format!("--verification-config {}: cannot read it", f.display()))?;
-        configs.push(atomic::parse_verification_config(
-            &raw,
-            &f.display().to_string(),
-        )?);
-    }
-    if configs.is_empty() {
-        if let Some((v, _)) = &vendor {
-            configs.extend(atomic::builtin(v.gpg_builtin()));
+    let mut missing = Vec::new();
+    let stores = stores(s, &k.gpg, &digests, &mut rec)?;
+    for (i, cfg) in k.gpg.iter().enumerate() {
+        if !gpg(o, cfg, &stores, &digests, &mut rec, &mut tried)? {
+            missing.push(format!(
+                "the keyrings of {}",
+                o.verification_configs
+                    .get(i)
+                    .map_or("the built-in configuration".to_string(), |f| f
+                        .display()
+                        .to_string())
+            ));
         }
     }
-    if !o.signatures.is_empty() && configs.is_empty() {
-        bail!("--signatures needs the keys to check them with: give the release-verification ConfigMap with --verification-config FILE");
+    if !k.sigstore.is_empty() && !cosign(s, &k.sigstore, &mut rec, &mut tried)? {
+        missing.push("a cosign signature by a --sigstore-key".to_string());
     }
-    if !configs.is_empty() {
-        gpg(o, s, &configs, &digests, &mut rec, &mut tried)?;
-    }
-
-    // cosign signatures of the per-arch manifest.
-    let mut keys = Vec::new();
-    for f in &o.sigstore_keys {
-        let raw = std::fs::read(f)
-            .with_context(|| format!("--sigstore-key {}: cannot read it", f.display()))?;
-        keys.push(sigstore::PublicKey::from_pem(
-            &raw,
-            &f.display().to_string(),
-        )?);
-    }
-    if keys.is_empty() && vendor.as_ref().is_some_and(|v| v.0 == Vendor::RedHat) {
-        keys.push(sigstore::builtin_openshift_key());
-    }
-    if !keys.is_empty() {
-        cosign(s, &keys, &mut rec, &mut tried)?;
-    }
-
-    rec.verified = !rec.by.is_empty();
-    // A store tried for each digest warns once.
     let mut seen = std::collections::BTreeSet::new();
     rec.warnings.retain(|w| seen.insert(w.clone()));
+    for w in &rec.warnings {
+        crate::util::ui::status(format!("warning: {w}"));
+    }
+    rec.verified = if k.all {
+        !rec.by.is_empty() && missing.is_empty()
+    } else {
+        !rec.by.is_empty()
+    };
     if required && !rec.verified {
+        let unmet = if k.all && !rec.by.is_empty() {
+            format!("; not satisfied: {}", missing.join(", "))
+        } else {
+            String::new()
+        };
         let refused = if rec.refused.is_empty() {
             String::new()
         } else {
@@ -274,24 +327,33 @@ pub fn check(o: &Options, s: &Subject) -> Result<Record> {
             format!("; {}", rec.warnings.join("; "))
         };
         bail!(
-            "release {} ({}): its signature is not verified ({}): tried {}{refused}{unreachable}; give its signatures with --signatures FILE|DIR (what `oc adm release mirror --release-image-signature-to-dir` or oc-mirror's signature-configmap wrote), the keys with --verification-config or --sigstore-key, or build it unverified with --no-verify-signature",
+            "release {} ({}): its signature is not verified ({}): tried {}{unmet}{refused}{unreachable}; give its signatures with --signatures FILE|DIR (what `oc adm release mirror --release-image-signature-to-dir` or oc-mirror's signature-configmap wrote), the keys with --verification-config or --sigstore-key, or build it unverified with --no-verify-signature",
             rec.release,
             crate::plan::input::short(s.digest),
             rec.policy,
             if tried.is_empty() { "nothing".to_string() } else { tried.join(", ") }
         );
     }
+    if !rec.verified {
+        rec.by.clear();
+    }
     Ok(rec)
 }
 
-fn gpg(
-    o: &Options,
+/// Every store of every configuration read once per digest: (store URL,
+/// digest) → its signatures. A store out of reach is a warning.
+type StoreSigs = Vec<(String, String, Vec<atomic::Signature>)>;
+
+fn stores(
     s: &Subject,
     configs: &[atomic::VerificationConfig],
     digests: &[&str],
     rec: &mut Record,
-    tried: &mut Vec<String>,
-) -> Result<()> {
+) -> Result<StoreSigs> {
+    let mut out: StoreSigs = Vec::new();
+    if configs.iter().all(|c| c.stores.is_empty()) {
+        return Ok(out);
+    }
     let agent = crate::util::http::agent_following(
         match &s.fetch.cert_dir {
             Some(d) => crate::util::http::Trust::SystemAndDir(d, "--cert-dir"),
@@ -301,76 +363,109 @@ fn gpg(
         std::time::Duration::from_secs(30),
         10,
     )?;
+    let mut dead = Vec::new();
     for cfg in configs {
-        for &digest in digests {
-            let mut sigs = atomic::signatures_from_files(&o.signatures, digest)?;
-            if !o.signatures.is_empty() {
-                tried.push(format!(
-                    "GPG signatures of {} in --signatures ({} found)",
-                    crate::plan::input::short(digest),
-                    sigs.len()
-                ));
-            }
-            for (name, url) in &cfg.stores {
+        for (name, url) in &cfg.stores {
+            for &digest in digests {
+                if dead.contains(url) || out.iter().any(|(u, d, _)| u == url && d == digest) {
+                    continue;
+                }
                 match atomic::signatures_from_store(url, digest, &agent) {
-                    Ok(found) => {
-                        tried.push(format!("store {name} ({url}: {} found)", found.len()));
-                        sigs.extend(found);
-                    }
+                    Ok(found) => out.push((url.clone(), digest.to_string(), found)),
                     Err(e) => {
-                        let w = format!("store {name} ({url}) could not be read: {e:#}");
-                        crate::util::ui::status(format!("warning: {w}"));
-                        rec.warnings.push(w);
+                        dead.push(url.clone());
+                        rec.warnings.push(format!(
+                            "store {name} ({}) could not be read: {}",
+                            redact(url),
+                            redact(&format!("{e:#}"))
+                        ));
                     }
                 }
-            }
-            if sigs.is_empty() {
-                continue;
-            }
-            match atomic::verify(&cfg.keyrings, &sigs, digest) {
-                Ok(v) => {
-                    rec.refused
-                        .extend(v.refused.iter().map(|(o, why)| format!("{o}: {why}")));
-                    rec.by.extend(v.verified.into_iter().map(|x| By {
-                        mechanism: "gpg",
-                        digest: digest.to_string(),
-                        key: x.fingerprint,
-                        keyring: x.keyring,
-                        origin: x.origin,
-                        signed_reference: x.docker_reference,
-                    }));
-                    break;
-                }
-                Err(e) => rec.refused.push(format!("{e:#}")),
             }
         }
     }
-    Ok(())
+    Ok(out)
 }
 
+/// `cfg`'s keyrings checked against the signatures of each digest in turn
+/// (files, then its stores); whether they were all satisfied.
+fn gpg(
+    o: &Options,
+    cfg: &atomic::VerificationConfig,
+    stores: &StoreSigs,
+    digests: &[&str],
+    rec: &mut Record,
+    tried: &mut Vec<String>,
+) -> Result<bool> {
+    for &digest in digests {
+        let mut sigs = atomic::signatures_from_files(&o.signatures, digest)?;
+        if !o.signatures.is_empty() {
+            tried.push(format!(
+                "GPG signatures of {} in --signatures ({} found)",
+                crate::plan::input::short(digest),
+                sigs.len()
+            ));
+        }
+        for (_, url) in &cfg.stores {
+            if let Some((_, _, found)) = stores.iter().find(|(u, d, _)| u == url && d == digest) {
+                tried.push(format!(
+                    "store {} for {} ({} found)",
+                    redact(url),
+                    crate::plan::input::short(digest),
+                    found.len()
+                ));
+                sigs.extend(found.iter().map(|x| atomic::Signature {
+                    origin: redact(&x.origin),
+                    bytes: x.bytes.clone(),
+                }));
+            }
+        }
+        if sigs.is_empty() {
+            continue;
+        }
+        match atomic::verify(&cfg.keyrings, &sigs, digest) {
+            Ok(v) => {
+                rec.refused
+                    .extend(v.refused.iter().map(|(o, why)| format!("{o}: {why}")));
+                rec.by.extend(v.verified.into_iter().map(|x| By {
+                    mechanism: "gpg",
+                    digest: digest.to_string(),
+                    key: x.fingerprint,
+                    keyring: x.keyring,
+                    origin: x.origin,
+                    signed_reference: x.docker_reference,
+                }));
+                return Ok(true);
+            }
+            Err(e) => rec.refused.push(format!("{e:#}")),
+        }
+    }
+    Ok(false)
+}
+
+/// A cosign signature of the per-arch manifest (Red Hat signs those), or
+/// of the list, by one of `keys`; whether one verified.
 fn cosign(
     s: &Subject,
     keys: &[sigstore::PublicKey],
     rec: &mut Record,
     tried: &mut Vec<String>,
-) -> Result<()> {
+) -> Result<bool> {
     let ImageRef::Docker(d) = s.release else {
         rec.warnings.push(format!(
             "{}: cosign signatures live in a registry; a local image carries none",
             s.release
         ));
-        return Ok(());
+        return Ok(false);
     };
     let client = match connect(d, s.fetch) {
         Ok(c) => c,
         Err(e) => {
-            let w = format!("cosign signatures of {}: {e:#}", d.name());
-            crate::util::ui::status(format!("warning: {w}"));
-            rec.warnings.push(w);
-            return Ok(());
+            rec.warnings
+                .push(format!("cosign signatures of {}: {e:#}", d.name()));
+            return Ok(false);
         }
     };
-    // Red Hat signs the per-arch manifests; a user's key may sign the list.
     let mut digests = vec![s.arch_digest];
     if s.digest != s.arch_digest {
         digests.push(s.digest);
@@ -391,47 +486,84 @@ fn cosign(
                     origin: v.found.clone(),
                     signed_reference: v.docker_reference.clone().unwrap_or_default(),
                 });
-                break;
+                return Ok(true);
             }
             Ok(None) => {}
             Err(e) => rec.refused.push(format!("{e:#}")),
         }
     }
-    // The OS image: covered by the verified release's digest pin; checked
-    // itself when it carries a cosign signature.
-    if let Ok(ImageRef::Docker(os)) = ImageRef::parse(s.os_source) {
-        if let Ok(c) = connect(&os, s.fetch) {
-            match sigstore::verify_image(&c, s.os_digest, keys) {
-                Ok(Some(v)) => {
-                    rec.os = Some(format!(
-                        "cosign signature by key {} ({})",
-                        v.key_id, v.found
-                    ))
-                }
-                Ok(None) => {
-                    rec.os =
-                        Some("no signature of its own: covered by the release's digest pin".into())
-                }
-                // Its own signatures are by other keys (a release the
-                // user signed again over Red Hat's OS image): the pin by
-                // the verified release still covers it; said, not fatal.
-                Err(e) => {
-                    let w = format!(
-                        "OS image {} ({}): its cosign signatures do not verify with these keys ({e:#}); it is covered by the release's digest pin",
-                        os.name(),
-                        crate::plan::input::short(s.os_digest)
-                    );
-                    crate::util::ui::status(format!("warning: {w}"));
-                    rec.os = Some(
-                        "its own signatures are by other keys: covered by the release's digest pin"
-                            .into(),
-                    );
-                    rec.warnings.push(w);
-                }
+    Ok(false)
+}
+
+/// The OS image's own cosign signature, when sigstore keys apply: the
+/// verified release pins it by digest, which covers it; its own signature
+/// is checked where it has one, and said.
+pub fn check_os(o: &Options, rec: &mut Record, f: &FetchOptions, os_source: &str, os_digest: &str) {
+    if o.skip || !rec.verified {
+        return;
+    }
+    let keys: Vec<sigstore::PublicKey> = if o.has_keys() {
+        o.sigstore_keys
+            .iter()
+            .filter_map(|p| {
+                let raw = std::fs::read(p).ok()?;
+                sigstore::PublicKey::from_pem(&raw, &p.display().to_string()).ok()
+            })
+            .collect()
+    } else if rec.official == Some(Vendor::RedHat) {
+        vec![sigstore::builtin_openshift_key()]
+    } else {
+        Vec::new()
+    };
+    let Ok(ImageRef::Docker(os)) = ImageRef::parse(os_source) else {
+        return;
+    };
+    if keys.is_empty() {
+        return;
+    }
+    let c = match connect(&os, f) {
+        Ok(c) => c,
+        Err(e) => {
+            rec.os = Some(format!(
+                "its own signature could not be looked up ({e:#}); covered by the release's digest pin"
+            ));
+            return;
+        }
+    };
+    rec.os = Some(match sigstore::verify_image(&c, os_digest, &keys) {
+        Ok(Some(v)) => format!("cosign signature by key {} ({})", v.key_id, v.found),
+        Ok(None) => "no signature of its own: covered by the release's digest pin".into(),
+        Err(e) => {
+            let w = format!(
+                "OS image {} ({}): its own cosign signatures do not verify ({e:#}); it is covered by the release's digest pin",
+                os.name(),
+                crate::plan::input::short(os_digest)
+            );
+            crate::util::ui::status(format!("warning: {w}"));
+            rec.warnings.push(w);
+            "its own cosign signatures do not verify with these keys (see the warnings): covered by the release's digest pin".into()
+        }
+    });
+}
+
+/// A URL (or a text holding one) without the password of its userinfo.
+fn redact(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        let end = rest.find(['/', ' ', ')']).unwrap_or(rest.len());
+        match rest[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("***@");
+                rest = &rest[at + 1..];
             }
+            None => {}
         }
     }
-    Ok(())
+    out.push_str(rest);
+    out
 }
 
 fn connect(d: &DockerRef, f: &FetchOptions) -> Result<Client> {
@@ -494,5 +626,20 @@ mod tests {
             None
         );
         assert_eq!(official(&r("oci:/tmp/x:release"), Some(&m)), None);
+        // Another spelling of the same host is the same repository.
+        assert_eq!(
+            Vendor::of("QUAY.IO:443/openshift-release-dev/ocp-release"),
+            Some(Vendor::RedHat)
+        );
+    }
+
+    #[test]
+    fn store_urls_are_said_without_their_password() {
+        assert_eq!(
+            redact("store https://user:tok@mirror.example/sigs (x) could not be read"),
+            "store https://***@mirror.example/sigs (x) could not be read"
+        );
+        assert_eq!(redact("file:///srv/sigs"), "file:///srv/sigs");
+        assert_eq!(redact("http://h:80/a@b"), "http://h:80/a@b");
     }
 }

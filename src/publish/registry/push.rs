@@ -102,6 +102,9 @@ pub struct Summary {
     /// The digests of the images inside the OCI archives (listed by the
     /// index only through an annotation).
     pub image_digests: Vec<String>,
+    /// The digests of this push's own entries (its files, meta.json and
+    /// stream.json), not those of other runs in the same index.
+    pub entry_digests: Vec<String>,
 }
 
 /// The blob of an OCI archive member: (offset in the archive, size).
@@ -264,7 +267,13 @@ pub fn push(
     let mut s = Summary::default();
     let mut ours = Vec::new();
     for (run, p) in runs.iter().zip(&planned) {
-        ours.push(p.with_entries(push_run(c, r, run, &mut s, progress)?));
+        let entries = push_run(c, r, run, &mut s, progress)?;
+        s.entry_digests.extend(
+            entries
+                .iter()
+                .filter_map(|e| e["digest"].as_str().map(String::from)),
+        );
+        ours.push(p.with_entries(entries));
     }
     // Checked again with the files (one platform, two files) and the
     // parts tagged meanwhile; then tagged, and the index written.
