@@ -48,8 +48,9 @@ pub struct InputArgs {
 /// How the release's signature is checked before anything is built from
 /// it, as OpenShift checks an update (SPEC §8). An official release (its
 /// pull spec, or the IDMS source it mirrors, is Red Hat's or OKD's) must
-/// verify against the built-in keys or those given; any release must when
-/// keys are given or with --require-signature.
+/// verify against the built-in keys (GPG or cosign, either); any release
+/// must when keys are given or with --require-signature. Keys given
+/// replace every built-in one, and each given must verify.
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Release signatures")]
 pub struct TrustArgs {
@@ -57,7 +58,7 @@ pub struct TrustArgs {
     /// it in openshift-config-managed): its `verifier-public-key-*`
     /// keyrings must each be satisfied by a GPG signature of the release,
     /// read from its `store-*` URLs and --signatures. Replaces the built-in
-    /// Red Hat or OKD one. Repeatable.
+    /// keys. Repeatable: each ConfigMap must verify.
     #[arg(long, value_name = "FILE")]
     pub verification_config: Vec<PathBuf>,
     /// GPG release signatures: the ConfigMap `oc adm release mirror
@@ -69,8 +70,8 @@ pub struct TrustArgs {
     pub signatures: Vec<PathBuf>,
     /// A cosign public key (PEM): the release's per-arch manifest must
     /// carry a cosign signature by it (the `.sig` tag, or a cosign 3
-    /// bundle). Replaces the built-in key of OpenShift's
-    /// ClusterImagePolicy. Repeatable.
+    /// bundle). Replaces the built-in keys. Repeatable: a signature by any
+    /// one of them verifies (and any --verification-config must too).
     #[arg(long, value_name = "FILE")]
     pub sigstore_key: Vec<PathBuf>,
     /// Verification is required for any release, not only official ones.
