@@ -337,6 +337,42 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
         "{warnings}"
     );
 
+    // oc-mirror's signature ConfigMap (cluster-resources/
+    // signature-configmap.yaml: one ConfigMap for every release mirrored,
+    // keys numbered by one counter across them).
+    let mirror_dir = tempfile::tempdir().unwrap();
+    let cm_yaml = mirror_dir.path().join("signature-configmap.yaml");
+    {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&sig);
+        std::fs::write(
+            &cm_yaml,
+            format!(
+                "apiVersion: v1\nbinaryData:\n  sha256-{other}-1: {b64}\n  sha256-{hex}-2: {b64}\nkind: ConfigMap\nmetadata:\n  annotations:\n    createdBy: oc-mirror\n  labels:\n    release.openshift.io/verification-signatures: \"\"\n  name: mirrored-release-signatures\n  namespace: openshift-config-managed\n",
+                other = sha256_digest(&r.other).trim_start_matches("sha256:"),
+                hex = r.hex()
+            ),
+        )
+        .unwrap();
+    }
+    let o = inspect(
+        c.path(),
+        &[
+            "--verification-config",
+            cm_dead.to_str().unwrap(),
+            "--signatures",
+            cm_yaml.to_str().unwrap(),
+        ],
+    );
+    let by = verified_by(&o);
+    assert!(
+        by["origin"]
+            .as_str()
+            .unwrap()
+            .contains("signature-configmap.yaml"),
+        "{by:#}"
+    );
+
     // A lookaside directory, and the text form.
     let look = tempfile::tempdir().unwrap();
     write_lookaside(look.path(), std::slice::from_ref(&sig), r.hex());
