@@ -44,6 +44,7 @@ disk 3
 live 3
 formats 3
 publish 3
+trust 3
 aws 3
 meta 3
 stream 3

@@ -209,13 +209,17 @@ fn meta_sums_and_stream() {
     for kind in ["kernel", "initramfs", "rootfs"] {
         assert!(formats["pxe"].contains_key(kind), "pxe {kind}");
     }
-    // Nothing but the artifacts and the three descriptions.
+    // Nothing but the artifacts, the three descriptions and the two files
+    // of the run (the release's verification record, the provenance).
     let mut names: Vec<String> = std::fs::read_dir(&b.out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names.len(), 8, "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
+    for f in ["release-verification.json", "provenance.intoto.json"] {
+        assert!(names.iter().any(|n| n == f), "{f}: {names:?}");
+    }
     assert!(names
         .iter()
         .any(|n| n.ends_with("-ostree.x86_64.ociarchive")));

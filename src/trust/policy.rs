@@ -149,7 +149,7 @@ impl Record {
                     b.mechanism,
                     b.key,
                     b.keyring,
-                    crate::plan::input::short(&b.digest)
+                    short(&b.digest)
                 )
             })
             .collect();
@@ -329,7 +329,7 @@ pub fn check(o: &Options, s: &Subject) -> Result<Record> {
         bail!(
             "release {} ({}): its signature is not verified ({}): tried {}{unmet}{refused}{unreachable}; give its signatures with --signatures FILE|DIR (what `oc adm release mirror --release-image-signature-to-dir` or oc-mirror's signature-configmap wrote), the keys with --verification-config or --sigstore-key, or build it unverified with --no-verify-signature",
             rec.release,
-            crate::plan::input::short(s.digest),
+            short(s.digest),
             rec.policy,
             if tried.is_empty() { "nothing".to_string() } else { tried.join(", ") }
         );
@@ -402,7 +402,7 @@ fn gpg(
         if !o.signatures.is_empty() {
             tried.push(format!(
                 "GPG signatures of {} in --signatures ({} found)",
-                crate::plan::input::short(digest),
+                short(digest),
                 sigs.len()
             ));
         }
@@ -411,7 +411,7 @@ fn gpg(
                 tried.push(format!(
                     "store {} for {} ({} found)",
                     redact(url),
-                    crate::plan::input::short(digest),
+                    short(digest),
                     found.len()
                 ));
                 sigs.extend(found.iter().map(|x| atomic::Signature {
@@ -473,7 +473,7 @@ fn cosign(
     for digest in digests {
         tried.push(format!(
             "cosign signatures of {} in {}",
-            crate::plan::input::short(digest),
+            short(digest),
             d.name()
         ));
         match sigstore::verify_image(&client, digest, keys) {
@@ -537,13 +537,18 @@ pub fn check_os(o: &Options, rec: &mut Record, f: &FetchOptions, os_source: &str
             let w = format!(
                 "OS image {} ({}): its own cosign signatures do not verify ({e:#}); it is covered by the release's digest pin",
                 os.name(),
-                crate::plan::input::short(os_digest)
+                short(os_digest)
             );
             crate::util::ui::status(format!("warning: {w}"));
             rec.warnings.push(w);
             "its own cosign signatures do not verify with these keys (see the warnings): covered by the release's digest pin".into()
         }
     });
+}
+
+/// First 12 hex digits of a digest.
+fn short(d: &str) -> String {
+    d.trim_start_matches("sha256:").chars().take(12).collect()
 }
 
 /// A URL (or a text holding one) without the password of its userinfo.
@@ -554,12 +559,9 @@ fn redact(s: &str) -> String {
         out.push_str(&rest[..i + 3]);
         rest = &rest[i + 3..];
         let end = rest.find(['/', ' ', ')']).unwrap_or(rest.len());
-        match rest[..end].rfind('@') {
-            Some(at) => {
-                out.push_str("***@");
-                rest = &rest[at + 1..];
-            }
-            None => {}
+        if let Some(at) = rest[..end].rfind('@') {
+            out.push_str("***@");
+            rest = &rest[at + 1..];
         }
     }
     out.push_str(rest);
