@@ -327,11 +327,15 @@ pub fn check(o: &Options, s: &Subject) -> Result<Record> {
             format!("; {}", rec.warnings.join("; "))
         };
         bail!(
-            "release {} ({}): its signature is not verified ({}): tried {}{unmet}{refused}{unreachable}; give its signatures with --signatures FILE|DIR (what `oc adm release mirror --release-image-signature-to-dir` or oc-mirror's signature-configmap wrote), the keys with --verification-config or --sigstore-key, or build it unverified with --no-verify-signature",
+            "release {} ({}): its signature is not verified ({}): {}{unmet}{refused}{unreachable}; give its signatures with --signatures FILE|DIR (what `oc adm release mirror --release-image-signature-to-dir` or oc-mirror's signature-configmap wrote), the keys with --verification-config or --sigstore-key, or build it unverified with --no-verify-signature",
             rec.release,
             short(s.digest),
             rec.policy,
-            if tried.is_empty() { "nothing".to_string() } else { tried.join(", ") }
+            if tried.is_empty() {
+                "there were no keys to check it with".to_string()
+            } else {
+                format!("tried {}", tried.join(", "))
+            }
         );
     }
     if !rec.verified {
