@@ -1688,18 +1688,21 @@ fn a_signed_push_passes_cosign_verify_and_verify_attestation() {
     // pull --sigstore-key: the signed tag comes; an unsigned push of a
     // changed output is refused before a file is written.
     let got = tempfile::tempdir().unwrap();
-    let o = tool(
-        &[
-            "pull",
-            &format!("{host}/ocp/bootimages:signed"),
-            "-o",
-            got.path().join("ok").to_str().unwrap(),
-            "--insecure",
-            "--sigstore-key",
-            public.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let pull_checked = |tag: &str, dest: &Path| {
+        tool(
+            &[
+                "pull",
+                &format!("{host}/ocp/bootimages:{tag}"),
+                "-o",
+                dest.to_str().unwrap(),
+                "--insecure",
+                "--sigstore-key",
+                public.to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let o = pull_checked("signed", &got.path().join("ok"));
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("signature verified"), "{}", stderr(&o));
     let changed = tempfile::tempdir().unwrap();
@@ -1725,18 +1728,7 @@ fn a_signed_push_passes_cosign_verify_and_verify_attestation() {
     let v = cosign.verify(&["verify"], &public, &at(&changed_idx));
     assert!(!v.status.success(), "cosign verified an unsigned index");
     let dest = got.path().join("refused");
-    let o = tool(
-        &[
-            "pull",
-            &format!("{host}/ocp/bootimages:changed"),
-            "-o",
-            dest.to_str().unwrap(),
-            "--insecure",
-            "--sigstore-key",
-            public.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = pull_checked("changed", &dest);
     let e = one_error(&o, "no cosign signature");
     eprintln!("unsigned pull: {e}");
     assert!(!dest.exists() || std::fs::read_dir(&dest).unwrap().count() == 0);
@@ -1758,18 +1750,7 @@ fn a_signed_push_passes_cosign_verify_and_verify_attestation() {
         !v.status.success(),
         "cosign verified a signature moved onto the changed index"
     );
-    let o = tool(
-        &[
-            "pull",
-            &format!("{host}/ocp/bootimages:changed"),
-            "-o",
-            dest.to_str().unwrap(),
-            "--insecure",
-            "--sigstore-key",
-            public.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let o = pull_checked("changed", &dest);
     let e = one_error(&o, "cosign signature");
     eprintln!("tampered pull: {e}");
     assert!(!dest.exists() || std::fs::read_dir(&dest).unwrap().count() == 0);

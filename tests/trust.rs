@@ -285,6 +285,24 @@ fn verified_by(o: &Output2) -> &Value {
     &sig["by"][0]
 }
 
+/// `inspect` with a ConfigMap and signature files: verified by GPG, the
+/// signature found in a file whose path holds `origin`.
+fn verified_from(cache: &Path, config: &Path, signatures: &Path, origin: &str) -> Output2 {
+    let o = inspect(
+        cache,
+        &[
+            "--verification-config",
+            config.to_str().unwrap(),
+            "--signatures",
+            signatures.to_str().unwrap(),
+        ],
+    );
+    let by = verified_by(&o);
+    assert_eq!(by["mechanism"], "gpg");
+    assert!(by["origin"].as_str().unwrap().contains(origin), "{by:#}");
+    o
+}
+
 fn refused(o: &Output2, needle: &str) -> String {
     one_error(&o.out, needle)
 }
@@ -317,20 +335,7 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
     let dead = format!("http://127.0.0.1:{}", free_port());
     let cm_dead = config_map(c.path(), &[k], std::slice::from_ref(&dead));
     let oc = oc_signature_file(c.path(), std::slice::from_ref(&sig), r.hex());
-    let o = inspect(
-        c.path(),
-        &[
-            "--verification-config",
-            cm_dead.to_str().unwrap(),
-            "--signatures",
-            oc.to_str().unwrap(),
-        ],
-    );
-    let by = verified_by(&o);
-    assert!(
-        by["origin"].as_str().unwrap().contains("signature-sha256-"),
-        "{by:#}"
-    );
+    let o = verified_from(c.path(), &cm_dead, &oc, "signature-sha256-");
     let warnings = o.doc["release"]["signature"]["warnings"].to_string();
     assert!(
         warnings.contains(&dead) && warnings.contains("could not be read"),
@@ -355,23 +360,7 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
         )
         .unwrap();
     }
-    let o = inspect(
-        c.path(),
-        &[
-            "--verification-config",
-            cm_dead.to_str().unwrap(),
-            "--signatures",
-            cm_yaml.to_str().unwrap(),
-        ],
-    );
-    let by = verified_by(&o);
-    assert!(
-        by["origin"]
-            .as_str()
-            .unwrap()
-            .contains("signature-configmap.yaml"),
-        "{by:#}"
-    );
+    verified_from(c.path(), &cm_dead, &cm_yaml, "signature-configmap.yaml");
 
     // A lookaside directory, and the text form.
     let look = tempfile::tempdir().unwrap();
@@ -613,33 +602,25 @@ fn a_cosign_signed_release_verifies_with_its_key() {
     assert_eq!(by["mechanism"], "sigstore", "{doc:#}");
     assert_eq!(by["digest"], r.digest.as_str());
     assert!(by["origin"].as_str().unwrap().contains("bundle"), "{by:#}");
-    let o = run(
-        c.path(),
-        &[
-            "inspect",
-            &spec,
-            "--insecure",
-            "--sigstore-key",
-            other.to_str().unwrap(),
-        ],
-    );
-    let e = one_error(&o, "its signature is not verified");
-    eprintln!("another cosign key: {e}");
+    let refused_with = |key: &Path, what: &str| {
+        let o = run(
+            c.path(),
+            &[
+                "inspect",
+                &spec,
+                "--insecure",
+                "--sigstore-key",
+                key.to_str().unwrap(),
+            ],
+        );
+        let e = one_error(&o, "its signature is not verified");
+        eprintln!("{what}: {e}");
+    };
+    refused_with(&other, "another cosign key");
     // Re-pushed: the tag names another release; its signature is not there.
     r.reg
         .push(&oci("release-legacy"), "signed/release:4.18.0-test");
-    let o = run(
-        c.path(),
-        &[
-            "inspect",
-            &spec,
-            "--insecure",
-            "--sigstore-key",
-            public.to_str().unwrap(),
-        ],
-    );
-    let e = one_error(&o, "its signature is not verified");
-    eprintln!("re-pushed, cosign: {e}");
+    refused_with(&public, "re-pushed, cosign");
 }
 
 /// `generate` records the verification: meta.json's release-payload

@@ -5,8 +5,14 @@
 //!   (library-go `pkg/verify`): keyrings and stores from a
 //!   `release-verification` ConfigMap, signatures from stores and files;
 //! - `sigstore`: cosign keys, signatures and attestations (the `.sig` and
-//!   `.att` tag schemes, cosign 3 bundles), verified and written.
+//!   `.att` tag schemes, cosign 3 bundles), verified and written;
+//! - `policy`: which releases must verify and by which keys; `lookup`:
+//!   where their signatures are found and checked; `record`: what it gave;
+//! - `provenance`: the SLSA statement of a build.
 pub mod atomic;
+pub mod lookup;
 pub mod policy;
 pub mod provenance;
+pub mod record;
 pub mod sigstore;
+pub mod subject;

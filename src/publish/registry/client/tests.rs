@@ -116,40 +116,31 @@ fn a_manifest_put_refused_by_the_registrys_own_race_lands_when_sent_again() {
 #[test]
 fn a_manifest_put_refused_for_good_ends_the_push_naming_why() {
     use std::sync::atomic::Ordering;
-    let (port, puts) = manifest_registry(vec![(400, RACE)]);
-    let e = format!(
-        "{:#}",
-        manifest_client(port)
-            .put_manifest("t", super::INDEX_OCI, b"{}")
-            .unwrap_err()
-    );
+    // The error of a PUT of `reference` to a registry answering `answer`,
+    // and how many PUTs it got.
+    let refused = |answer: (u16, &'static str), reference: &str| {
+        let (port, puts) = manifest_registry(vec![answer]);
+        let e = manifest_client(port)
+            .put_manifest(reference, super::INDEX_OCI, b"{}")
+            .unwrap_err();
+        (format!("{e:#}"), puts.load(Ordering::SeqCst))
+    };
+    let (e, n) = refused((400, RACE), "t");
     assert!(
         e.contains("gave up after") && e.contains("concurrent write"),
         "{e}"
     );
-    assert!(puts.load(Ordering::SeqCst) >= 2);
+    assert!(n >= 2);
 
     let invalid = r#"{"errors":[{"code":"MANIFEST_INVALID","message":"manifest invalid"}]}"#;
-    let (port, puts) = manifest_registry(vec![(400, invalid)]);
-    let e = format!(
-        "{:#}",
-        manifest_client(port)
-            .put_manifest("t", super::INDEX_OCI, b"{}")
-            .unwrap_err()
-    );
+    let (e, n) = refused((400, invalid), "t");
     assert!(
         e.contains("refused the manifest t") && e.contains("does not take OCI artifacts"),
         "{e}"
     );
-    assert_eq!(puts.load(Ordering::SeqCst), 1);
+    assert_eq!(n, 1);
 
-    let (port, puts) = manifest_registry(vec![(201, "")]);
-    let e = format!(
-        "{:#}",
-        manifest_client(port)
-            .put_manifest("sha256:00", super::INDEX_OCI, b"{}")
-            .unwrap_err()
-    );
+    let (e, n) = refused((201, ""), "sha256:00");
     assert!(e.contains("its bytes have digest"), "{e}");
-    assert_eq!(puts.load(Ordering::SeqCst), 0);
+    assert_eq!(n, 0);
 }
