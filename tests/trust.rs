@@ -91,9 +91,10 @@ struct Release {
     other: Vec<u8>,
 }
 
-fn release() -> &'static Release {
-    static R: OnceLock<Release> = OnceLock::new();
-    R.get_or_init(|| {
+/// Each test its own registry, stopped when the test ends (a registry
+/// held in a static is never dropped: it outlived the test binary).
+fn release() -> Release {
+    {
         let reg = Registry::start(false);
         reg.push(&oci("release"), "ocp/release:4.18.0-test");
         reg.push(&oci("release-legacy"), "ocp/release:4.11.0-test");
@@ -119,7 +120,7 @@ fn release() -> &'static Release {
             digest,
             other,
         }
-    })
+    }
 }
 
 /// [`run`] with more environment.
@@ -252,8 +253,7 @@ fn oc_signature_file(dir: &Path, sigs: &[Vec<u8>], hex: &str) -> PathBuf {
     p
 }
 
-fn inspect(cache: &Path, extra: &[&str]) -> Output2 {
-    let r = release();
+fn inspect(r: &Release, cache: &Path, extra: &[&str]) -> Output2 {
     let mut args = vec![
         "inspect".to_string(),
         r.pull_spec(),
@@ -287,8 +287,15 @@ fn verified_by(o: &Output2) -> &Value {
 
 /// `inspect` with a ConfigMap and signature files: verified by GPG, the
 /// signature found in a file whose path holds `origin`.
-fn verified_from(cache: &Path, config: &Path, signatures: &Path, origin: &str) -> Output2 {
+fn verified_from(
+    r: &Release,
+    cache: &Path,
+    config: &Path,
+    signatures: &Path,
+    origin: &str,
+) -> Output2 {
     let o = inspect(
+        r,
         cache,
         &[
             "--verification-config",
@@ -312,7 +319,7 @@ fn refused(o: &Output2, needle: &str) -> String {
 /// warning when the files verify it.
 #[test]
 fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
-    let r = release();
+    let r = &release();
     let (k, _) = keys();
     let sig = sign(k, &r.manifest, &format!("{}/ocp/release", r.reg.host()));
     let c = tempfile::tempdir().unwrap();
@@ -320,7 +327,11 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
 
     // The store named by the ConfigMap.
     let cm = config_map(c.path(), &[k], &[store.url()]);
-    let o = inspect(c.path(), &["--verification-config", cm.to_str().unwrap()]);
+    let o = inspect(
+        r,
+        c.path(),
+        &["--verification-config", cm.to_str().unwrap()],
+    );
     let by = verified_by(&o);
     assert_eq!(by["mechanism"], "gpg");
     assert_eq!(by["key"].as_str().unwrap().to_uppercase(), k.fpr);
@@ -335,7 +346,7 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
     let dead = format!("http://127.0.0.1:{}", free_port());
     let cm_dead = config_map(c.path(), &[k], std::slice::from_ref(&dead));
     let oc = oc_signature_file(c.path(), std::slice::from_ref(&sig), r.hex());
-    let o = verified_from(c.path(), &cm_dead, &oc, "signature-sha256-");
+    let o = verified_from(r, c.path(), &cm_dead, &oc, "signature-sha256-");
     let warnings = o.doc["release"]["signature"]["warnings"].to_string();
     assert!(
         warnings.contains(&dead) && warnings.contains("could not be read"),
@@ -360,7 +371,7 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
         )
         .unwrap();
     }
-    verified_from(c.path(), &cm_dead, &cm_yaml, "signature-configmap.yaml");
+    verified_from(r, c.path(), &cm_dead, &cm_yaml, "signature-configmap.yaml");
 
     // A lookaside directory, and the text form.
     let look = tempfile::tempdir().unwrap();
@@ -394,7 +405,7 @@ fn a_gpg_signed_release_verifies_from_a_store_and_from_files() {
 /// under --require-signature, --signatures without keys.
 #[test]
 fn bad_gpg_signatures_are_refused_in_one_line() {
-    let r = release();
+    let r = &release();
     let (k, other) = keys();
     let name = format!("{}/ocp/release", r.reg.host());
     let c = tempfile::tempdir().unwrap();
@@ -404,6 +415,7 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
         let d = tempfile::tempdir().unwrap();
         write_lookaside(d.path(), &sigs, r.hex());
         let o = inspect(
+            r,
             c.path(),
             &[
                 "--verification-config",
@@ -439,6 +451,7 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
     let d = tempfile::tempdir().unwrap();
     write_lookaside(d.path(), &[sign(k, &r.manifest, &name)], r.hex());
     let o = inspect(
+        r,
         c.path(),
         &[
             "--verification-config",
@@ -470,15 +483,15 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
     eprintln!("re-pushed: {e}");
 
     // Nothing to check with.
-    let o = inspect(c.path(), &["--signatures", d.path().to_str().unwrap()]);
+    let o = inspect(r, c.path(), &["--signatures", d.path().to_str().unwrap()]);
     refused(&o, "--verification-config");
-    let o = inspect(c.path(), &["--require-signature"]);
+    let o = inspect(r, c.path(), &["--require-signature"]);
     let e = refused(&o, "--require-signature");
     assert!(e.contains("--no-verify-signature"), "{e}");
 
     // And a release that is not official, with no keys: built unverified,
     // which the record says.
-    let o = inspect(c.path(), &[]);
+    let o = inspect(r, c.path(), &[]);
     assert!(o.ok, "{}", o.err);
     let sig = &o.doc["release"]["signature"];
     assert_eq!(sig["verified"], false);
@@ -493,7 +506,7 @@ fn bad_gpg_signatures_are_refused_in_one_line() {
 /// recorded as such; the user's own keys and signatures verify it.
 #[test]
 fn an_official_release_by_its_idms_source_must_verify() {
-    let r = release();
+    let r = &release();
     let (k, _) = keys();
     let c = tempfile::tempdir().unwrap();
     let idms = c.path().join("idms.yaml");
@@ -506,7 +519,7 @@ fn an_official_release_by_its_idms_source_must_verify() {
     )
     .unwrap();
     let idms_s = idms.to_str().unwrap();
-    let o = inspect(c.path(), &["--idms-file", idms_s]);
+    let o = inspect(r, c.path(), &["--idms-file", idms_s]);
     let e = refused(
         &o,
         "an official release (quay.io/openshift-release-dev/ocp-release)",
@@ -517,7 +530,11 @@ fn an_official_release_by_its_idms_source_must_verify() {
     );
     eprintln!("official, unverified: {e}");
 
-    let o = inspect(c.path(), &["--idms-file", idms_s, "--no-verify-signature"]);
+    let o = inspect(
+        r,
+        c.path(),
+        &["--idms-file", idms_s, "--no-verify-signature"],
+    );
     assert!(o.ok, "{}", o.err);
     let sig = &o.doc["release"]["signature"];
     assert_eq!(sig["verified"], false);
@@ -528,6 +545,7 @@ fn an_official_release_by_its_idms_source_must_verify() {
     let cm = config_map(c.path(), &[k], &[]);
     let oc = oc_signature_file(c.path(), &[sig], r.hex());
     let o = inspect(
+        r,
         c.path(),
         &[
             "--idms-file",
@@ -547,6 +565,7 @@ fn an_official_release_by_its_idms_source_must_verify() {
     // ConfigMap does, a --sigstore-key nothing is signed by does not.
     let (_kd, _, cosign_pub) = common::cosign::Cosign::new("trixie").key_pair();
     let o = inspect(
+        r,
         c.path(),
         &[
             "--idms-file",
@@ -569,7 +588,7 @@ fn an_official_release_by_its_idms_source_must_verify() {
 #[test]
 fn a_cosign_signed_release_verifies_with_its_key() {
     use common::cosign::Cosign;
-    let r = release();
+    let r = &release();
     let cosign = Cosign::new("forky");
     let (_k1, key, public) = cosign.key_pair();
     let (_k2, _, other) = cosign.key_pair();
@@ -628,7 +647,7 @@ fn a_cosign_signed_release_verifies_with_its_key() {
 #[cfg(feature = "privileged")]
 #[test]
 fn generate_records_what_verified_the_release() {
-    let r = release();
+    let r = &release();
     let (k, _) = keys();
     let c = scratch("trust-generate");
     let _ = std::fs::remove_dir_all(&c);
