@@ -16,8 +16,5 @@ pub struct Input {
     pub trust: crate::trust::policy::Options,
 }
 
-/// First 12 hex digits of a digest or checksum.
-pub fn short(d: &str) -> String {
-    let h = d.strip_prefix("sha256:").unwrap_or(d);
-    h.chars().take(12).collect()
-}
+/// First 12 hex digits of a digest or checksum (the trust record's).
+pub use crate::trust::record::short;
