@@ -33,9 +33,25 @@ import sys
 
 MAX_LINES = 600
 MAX_FANOUT = 15
-# Format writers: one file per on-disk format, allowed to be long (the issue
-# asks "no file over ~600 lines outside format writers").
-WRITERS = re.compile(r"(^|/)(formats|fs)/[^/]+\.rs$|/(qcow2|vmdk|vhd|vhdx|ova|gcp|fat|iso|erofs|osmet)\.rs$")
+# Format writers: the files that each write one on-disk format, allowed to
+# be long (no file over ~600 lines outside them). Named one by one, never by
+# a pattern: a dispatcher (formats/mod.rs) or a reader (the vSphere OVA
+# reader) is no writer. A name here that is no file fails the report.
+WRITERS = {
+    "crates/bootimage-core/src/formats/gcp.rs",
+    "crates/bootimage-core/src/formats/oci.rs",
+    "crates/bootimage-core/src/formats/ova.rs",
+    "crates/bootimage-core/src/formats/powervs.rs",
+    "crates/bootimage-core/src/formats/qcow2.rs",
+    "crates/bootimage-core/src/formats/vhd.rs",
+    "crates/bootimage-core/src/formats/vhdx.rs",
+    "crates/bootimage-core/src/formats/vmdk.rs",
+    "crates/bootimage-core/src/fs/cpio.rs",
+    "crates/bootimage-core/src/fs/fat.rs",
+    "src/live/erofs.rs",
+    "src/live/iso.rs",
+    "src/live/osmet.rs",
+}
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -339,6 +355,12 @@ def main():
                     print(f"    {a} -> {b}")
         sys.exit(1 if sccs else 0)
 
+    stale = sorted(w for w in WRITERS if w not in files)
+    if stale:
+        print("WRITERS names files that do not exist (stale: fix the list):")
+        for w in stale:
+            print(f"  {w}")
+        sys.exit(1)
     lines = sorted(((f["text"].count("\n"), k) for k, f in files.items()), reverse=True)
     long_files = [(n, k) for n, k in lines if n > MAX_LINES]
     fan = sorted(((len(v), k) for k, v in edges.items()), reverse=True)
@@ -346,7 +368,7 @@ def main():
     print(f"crates: {', '.join(n for n, _ in cr)}; files: {len(files)}; lines: {sum(n for n, _ in lines)}")
     print(f"\nfiles over {MAX_LINES} lines: {len(long_files)}")
     for n, k in long_files:
-        print(f"  {n:5}  {k}{'  (format writer)' if WRITERS.search(k) else ''}")
+        print(f"  {n:5}  {k}{'  (format writer)' if k in WRITERS else ''}")
     print("\nthe 10 longest functions (tests left out):")
     for n, where, name in funcs[:10]:
         print(f"  {n:5}  {name}  {where}")
@@ -356,7 +378,7 @@ def main():
     print(f"\nfile-level import cycles: {len(sccs)}")
     for c in sccs:
         print("  " + " <-> ".join(c))
-    hubs = [k for n, k in long_files if not WRITERS.search(k)]
+    hubs = [k for n, k in long_files if k not in WRITERS]
     wide = [k for n, k in fan if n > MAX_FANOUT]
     print(f"\nhubs: {len(hubs)} non-writer files over {MAX_LINES} lines, {len(wide)} files over {MAX_FANOUT} imports, {len(sccs)} cycles")
     if check and (hubs or wide or sccs):

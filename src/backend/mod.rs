@@ -48,7 +48,16 @@ impl Runner {
 
     /// Whether the steps run in a VM ([`vm`]).
     pub fn in_vm(self) -> bool {
-        self != Runner::Loopback
+        self.vm().is_some()
+    }
+
+    /// The VM it runs the steps in, by its acceleration (`None`: this host).
+    pub fn vm(self) -> Option<vm::Accel> {
+        match self {
+            Runner::Loopback => None,
+            Runner::Kvm => Some(vm::Accel::Kvm),
+            Runner::Nokvm => Some(vm::Accel::Tcg),
+        }
     }
 }
 

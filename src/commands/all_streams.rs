@@ -44,12 +44,11 @@ pub(super) fn run(
             .base_url
             .as_deref()
             .map(|u| format!("{}/{dir}", u.trim_end_matches('/')));
-        run_one(one)?;
-        if !a.dry_run {
+        let ran = run_one(one)?;
+        if let Some(s) = &ran.stream {
             // Its locations as seen from streams.json (`<dir>/<file>`).
             let sub = a.output.join(&dir);
-            let s = stream::read_stream(&sub)?;
-            let s = crate::publish::merge::located(&s, &sub.join(stream::STREAM_JSON), &a.output)?;
+            let s = crate::publish::merge::located(s, &sub.join(stream::STREAM_JSON), &a.output)?;
             streams.insert(
                 f.stream_class.clone().unwrap_or_default(),
                 serde_json::to_value(s)?,

@@ -86,24 +86,10 @@ fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
     }
     if let Some(v) = vsphere {
         if !settings.dry_run {
-            let ova = vmware_ova(&settings.output)?;
-            super::vsphere::import_ova(&v, &ova, &vsphere_target)?;
+            super::vsphere::import_ova(&v, ran.upload(Upload::Vsphere)?, &vsphere_target)?;
         }
     }
     Ok(ran)
-}
-
-/// The vmware OVA the build wrote: meta.json `images.vmware.path`.
-fn vmware_ova(out: &std::path::Path) -> Result<std::path::PathBuf> {
-    use anyhow::Context;
-    let meta = out.join(crate::publish::meta::META_JSON);
-    let v: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(&meta).with_context(|| format!("reading {}", meta.display()))?,
-    )?;
-    let p = v["images"]["vmware"]["path"]
-        .as_str()
-        .ok_or_else(|| anyhow::anyhow!("{} lists no vmware image", meta.display()))?;
-    Ok(out.join(p))
 }
 
 /// What killed runs left (their work dirs, VM, mounts, loop devices, and

@@ -64,9 +64,9 @@ pub enum Tool<'a> {
     Host,
 }
 
-/// Runs ostree commands against the sysroot at a host path, translating
+/// The ostree that deploys: runs its commands against the sysroot at a host path, translating
 /// paths for the buildroot when the OS's ostree runs.
-struct Runner<'a> {
+struct Ostree<'a> {
     tool: Tool<'a>,
     binds: Vec<Bind>,
     /// The sysroot and the source repo as the tool sees them.
@@ -74,10 +74,10 @@ struct Runner<'a> {
     source: String,
 }
 
-impl<'a> Runner<'a> {
+impl<'a> Ostree<'a> {
     fn new(tool: Tool<'a>, root: &Path, source: &Path) -> Self {
         match tool {
-            Tool::Host => Runner {
+            Tool::Host => Ostree {
                 tool,
                 binds: Vec::new(),
                 sysroot: root.display().to_string(),
@@ -86,7 +86,7 @@ impl<'a> Runner<'a> {
             Tool::Os(_) => {
                 let sysroot = format!("{BIND_ROOT}/sysroot");
                 let src = format!("{BIND_ROOT}/source");
-                Runner {
+                Ostree {
                     tool,
                     binds: vec![
                         Bind {
@@ -237,7 +237,7 @@ pub fn deployment_root(root: &Path) -> Result<PathBuf> {
 
 /// Deploy into the mounted sysroot at `root`.
 pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
-    let t = Runner::new(d.tool, root, d.source_repo);
+    let t = Ostree::new(d.tool, root, d.source_repo);
     let mut labelled = Vec::new();
     init_sysroot(&t, d)?;
     crate::util::cancel::check()?;
@@ -273,7 +273,7 @@ pub fn deploy(root: &Path, d: &Deploy) -> Result<Deployed> {
 
 /// `ostree admin init-fs` and `os-init`, then the sysroot repo's
 /// configuration (docs/contract.md §2).
-fn init_sysroot(t: &Runner, d: &Deploy) -> Result<()> {
+fn init_sysroot(t: &Ostree, d: &Deploy) -> Result<()> {
     cmd::run(&mut t.ostree(vec![
         "admin".into(),
         "init-fs".into(),
@@ -302,7 +302,7 @@ fn init_sysroot(t: &Runner, d: &Deploy) -> Result<()> {
 
 /// The commit into the sysroot repo (`pull-local`), with the image's refs
 /// when it came from an image.
-fn pull_commit(t: &Runner, d: &Deploy) -> Result<()> {
+fn pull_commit(t: &Ostree, d: &Deploy) -> Result<()> {
     let repo = t.repo_arg();
     // The merge commit, and each layer's ref with its commit, as
     // `ostree container image pull` leaves them on a node.
@@ -338,7 +338,7 @@ fn pull_commit(t: &Runner, d: &Deploy) -> Result<()> {
 /// `/boot/efi` and the first-boot stamp on the boot filesystem `boot`,
 /// then `ostree admin deploy` of the commit with its origin file and
 /// kernel arguments (the origin file is removed after).
-fn deploy_commit(root: &Path, boot: &Path, t: &Runner, d: &Deploy) -> Result<()> {
+fn deploy_commit(root: &Path, boot: &Path, t: &Ostree, d: &Deploy) -> Result<()> {
     std::fs::create_dir_all(boot.join("efi")).context("creating /boot/efi")?;
     write(&boot.join(FIRSTBOOT_STAMP), b"")?;
     let origin_rel = format!("ostree/deploy/{}/origin.tmp", d.osname);

@@ -13,10 +13,11 @@ pub mod load;
 mod planning;
 mod publish;
 
-use crate::backend::{self, job::DiskJob, Runner};
+use crate::backend::{self, job::DiskJob};
 use crate::plan::settings::Settings;
 use crate::plan::space;
 use crate::plan::{Plan, PlanArtifact};
+use crate::platforms::Upload;
 use crate::publish::aws;
 use crate::publish::meta::{self, Meta};
 use crate::sys::workdir::WorkDir;
@@ -27,11 +28,35 @@ use base::Base;
 use build::Builder;
 use load::Loaded;
 
-/// What a run built from: its OS stream key
-/// ([`crate::release::osimages::stream_key`]).
+/// What a run built and published, typed, so no caller reads it back from
+/// the output directory.
 #[derive(Debug, Clone)]
 pub struct Ran {
+    /// The OS stream it built from
+    /// ([`crate::release::osimages::stream_key`]).
     pub os_stream: String,
+    /// Each file written whose platform goes to an upload target (the
+    /// platform table's `upload`), with that target. Empty for a dry run.
+    pub uploads: Vec<(Upload, std::path::PathBuf)>,
+    /// The stream.json written (`None` for a dry run).
+    pub stream: Option<crate::publish::stream::Stream>,
+}
+
+impl Ran {
+    /// The file that goes to `target`: exactly one, or an error naming
+    /// what the run wrote for it.
+    pub fn upload(&self, target: Upload) -> Result<&std::path::Path> {
+        let mut files = self.uploads.iter().filter(|(t, _)| *t == target);
+        match (files.next(), files.next()) {
+            (Some((_, f)), None) => Ok(f),
+            (None, _) => bail!("this run wrote no disk that goes to {target}"),
+            (Some((_, a)), Some((_, b))) => bail!(
+                "this run wrote more than one disk that goes to {target}: {} and {}",
+                a.display(),
+                b.display()
+            ),
+        }
+    }
 }
 
 /// Run `generate` with validated settings. A disk-full error anywhere
@@ -61,8 +86,10 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     let aws = s.aws.as_ref().map(aws::Session::connect).transpose()?;
     let reporter = Reporter::new(s.progress);
     let loaded = resolve_and_import(s)?;
-    let ran = Ran {
+    let mut ran = Ran {
         os_stream: loaded.stream_key(),
+        uploads: Vec::new(),
+        stream: None,
     };
     let dry = planning::dry_plan(s, &loaded, chosen, &reporter)?;
     if s.dry_run {
@@ -100,7 +127,18 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
         let (key, entry) = b.ostree_archive(&s.input)?;
         m.images.insert(key, entry);
     }
-    publish::publish_metadata(s, &loaded.resolved, &plan, aws.as_ref(), m)?;
+    ran.stream = Some(publish::publish_metadata(
+        s,
+        &loaded.resolved,
+        &plan,
+        aws.as_ref(),
+        m,
+    )?);
+    ran.uploads = plan
+        .artifacts
+        .iter()
+        .filter_map(|a| a.spec.upload.map(|t| (t, s.output.join(&a.file))))
+        .collect();
     publish::write_verification(s, &loaded.trust)?;
     b.note_shared_work();
     drop(b);
@@ -139,10 +177,9 @@ fn base_disk(
     job: &DiskJob,
     reporter: &Reporter,
 ) -> Result<Base> {
-    let out = match plan.backend.name {
-        Runner::Loopback => job.run(reporter)?,
-        Runner::Kvm => backend::vm::run(job, &s.vm, true, &loaded.cache.dir, reporter)?,
-        Runner::Nokvm => backend::vm::run(job, &s.vm, false, &loaded.cache.dir, reporter)?,
+    let out = match plan.backend.name.vm() {
+        None => job.run(reporter)?,
+        Some(accel) => backend::vm::run(job, &s.vm, accel, &loaded.cache.dir, reporter)?,
     };
     Base::open(out, &job.disk.arch, job.disk.metal_size)
 }
@@ -187,4 +224,30 @@ fn artifacts(
         m.images.insert(art.meta_key.clone(), entry);
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The file for an upload target: the one the run wrote for it; none
+    /// or two are errors naming the target (and both files).
+    #[test]
+    fn a_run_names_the_one_file_of_each_upload_target() {
+        let mut ran = Ran {
+            os_stream: "rhel-9.6".into(),
+            uploads: vec![(Upload::Aws, "out/x-aws.x86_64.vmdk.gz".into())],
+            stream: None,
+        };
+        assert_eq!(
+            ran.upload(Upload::Aws).unwrap(),
+            std::path::Path::new("out/x-aws.x86_64.vmdk.gz")
+        );
+        let e = ran.upload(Upload::Vsphere).unwrap_err().to_string();
+        assert!(e.contains("no disk that goes to vSphere"), "{e}");
+        ran.uploads
+            .push((Upload::Aws, "out/y-aws.x86_64.vmdk.gz".into()));
+        let e = ran.upload(Upload::Aws).unwrap_err().to_string();
+        assert!(e.contains("x-aws") && e.contains("y-aws"), "{e}");
+    }
 }

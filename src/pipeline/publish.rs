@@ -82,7 +82,7 @@ pub(super) fn publish_metadata(
     plan: &Plan,
     aws: Option<&aws::Session>,
     mut m: Meta,
-) -> Result<()> {
+) -> Result<stream::Stream> {
     // AMIs registered by --aws-register (docs/contract.md §6.3), with their snapshots.
     for r in aws.map(|s| s.results()).unwrap_or_default() {
         m.amis.retain(|x| x.name != r.region);
@@ -125,7 +125,7 @@ pub(super) fn publish_metadata(
         .collect();
     let st = stream::from_meta(&written, &stream_name, s.base_url.as_deref(), &pinned);
     stream::write_stream(&s.output, &st)?;
-    Ok(())
+    Ok(st)
 }
 
 /// The whole verification record (stores, files and tags it read, what was

@@ -92,6 +92,15 @@ pub enum Upload {
     Vsphere,
 }
 
+impl std::fmt::Display for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Upload::Aws => "AWS (--aws-register)",
+            Upload::Vsphere => "vSphere (--vsphere-template)",
+        })
+    }
+}
+
 impl PlatformSpec {
     /// Whether this platform's disk can go to `target`.
     pub fn uploads_to(&self, target: Upload) -> bool {
@@ -108,36 +117,45 @@ pub const GRUB_SERIAL: [&str; 3] = [
 const TTY0_FIRST: &[&str] = &["console=tty0", "console=ttyS0,115200n8"];
 const TTYS0_FIRST: &[&str] = &["console=ttyS0,115200n8", "console=tty0"];
 
-/// A cloud or virtualisation disk: the cloud-size disk with 512-byte
-/// sectors, its meta key and stream platform its own name.
-#[allow(clippy::too_many_arguments)]
-const fn disk(
+/// A row of the platform table, by field name: a disk platform's own
+/// values; the rest of its [`PlatformSpec`] follows ([`DiskRow::spec`]).
+struct DiskRow {
     name: &'static str,
     extension: &'static str,
     format: Format,
+    /// Compressed again after the build (false where cosa sets
+    /// `skip-compression`).
     recompressed: bool,
     arches: &'static [&'static str],
     rhcos_arches: &'static [&'static str],
     default_serial: bool,
     default_kargs: &'static [&'static str],
-) -> PlatformSpec {
-    PlatformSpec {
-        name,
-        extension,
-        format,
-        ignition_id: name,
-        size: SizeRule::Cloud,
-        sector_size: 512,
-        recompressed,
-        meta_key: name,
-        stream_platform: name,
-        stream_prefix: "",
-        arches,
-        rhcos_arches,
-        built: true,
-        default_serial,
-        default_kargs,
-        upload: None,
+}
+
+impl DiskRow {
+    /// The platform: its Ignition id, meta.json key and stream.json
+    /// platform are its name; a cloud-sized 512-byte-sector disk, built,
+    /// uploaded nowhere.
+    const fn spec(self) -> PlatformSpec {
+        let name = self.name;
+        PlatformSpec {
+            name,
+            extension: self.extension,
+            format: self.format,
+            ignition_id: name,
+            size: SizeRule::Cloud,
+            sector_size: 512,
+            recompressed: self.recompressed,
+            meta_key: name,
+            stream_platform: name,
+            stream_prefix: "",
+            arches: self.arches,
+            rhcos_arches: self.rhcos_arches,
+            built: true,
+            default_serial: self.default_serial,
+            default_kargs: self.default_kargs,
+            upload: None,
+        }
     }
 }
 
@@ -147,16 +165,17 @@ const QCOW2: Format = Format::Qcow2 { compressed: false };
 pub const PLATFORMS: &[PlatformSpec] = &[
     PlatformSpec {
         size: SizeRule::Metal,
-        ..disk(
-            "metal",
-            "raw",
-            Format::Raw,
-            true,
-            ALL_ARCHES,
-            ALL_ARCHES,
-            false,
-            &[],
-        )
+        ..DiskRow {
+            name: "metal",
+            extension: "raw",
+            format: Format::Raw,
+            recompressed: true,
+            arches: ALL_ARCHES,
+            rhcos_arches: ALL_ARCHES,
+            default_serial: false,
+            default_kargs: &[],
+        }
+        .spec()
     },
     PlatformSpec {
         size: SizeRule::Metal,
@@ -164,220 +183,313 @@ pub const PLATFORMS: &[PlatformSpec] = &[
         ignition_id: "metal",
         stream_platform: "metal",
         stream_prefix: "4k.",
-        ..disk(
-            "metal4k",
-            "raw",
-            Format::Raw,
-            true,
-            ALL_ARCHES,
-            ALL_ARCHES,
-            false,
-            &[],
-        )
+        ..DiskRow {
+            name: "metal4k",
+            extension: "raw",
+            format: Format::Raw,
+            recompressed: true,
+            arches: ALL_ARCHES,
+            rhcos_arches: ALL_ARCHES,
+            default_serial: false,
+            default_kargs: &[],
+        }
+        .spec()
     },
-    disk(
-        "qemu", "qcow2", QCOW2, true, ALL_ARCHES, ALL_ARCHES, true, TTY0_FIRST,
-    ),
-    disk(
-        "openstack",
-        "qcow2",
-        QCOW2,
-        true,
-        ALL_ARCHES,
-        ALL_ARCHES,
-        true,
-        TTYS0_FIRST,
-    ),
+    DiskRow {
+        name: "qemu",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: ALL_ARCHES,
+        rhcos_arches: ALL_ARCHES,
+        default_serial: true,
+        default_kargs: TTY0_FIRST,
+    }
+    .spec(),
+    DiskRow {
+        name: "openstack",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: ALL_ARCHES,
+        rhcos_arches: ALL_ARCHES,
+        default_serial: true,
+        default_kargs: TTYS0_FIRST,
+    }
+    .spec(),
     PlatformSpec {
         upload: Some(Upload::Aws),
-        ..disk(
-            AWS,
-            "vmdk",
-            Format::Vmdk,
-            true,
-            X86_ARM,
-            X86_ARM,
-            true,
-            TTY0_FIRST,
-        )
+        ..DiskRow {
+            name: AWS,
+            extension: "vmdk",
+            format: Format::Vmdk,
+            recompressed: true,
+            arches: X86_ARM,
+            rhcos_arches: X86_ARM,
+            default_serial: true,
+            default_kargs: TTY0_FIRST,
+        }
+        .spec()
     },
     PlatformSpec {
         upload: Some(Upload::Vsphere),
-        ..disk(
-            "vmware",
-            "ova",
-            Format::Ova {
+        ..DiskRow {
+            name: "vmware",
+            extension: "ova",
+            format: Format::Ova {
                 template: OvfTemplate::Vmware,
             },
-            false,
-            X86,
-            X86,
-            true,
-            TTYS0_FIRST,
-        )
+            recompressed: false,
+            arches: X86,
+            rhcos_arches: X86,
+            default_serial: true,
+            default_kargs: TTYS0_FIRST,
+        }
+        .spec()
     },
-    disk(
-        "azure",
-        "vhd",
-        Format::Vhd,
-        true,
-        X86_ARM,
-        X86_ARM,
-        false,
-        TTY0_FIRST,
-    ),
-    disk(
-        "gcp",
-        "tar.gz",
-        Format::GcpTar,
-        false,
-        X86_ARM,
-        X86_ARM,
-        true,
-        TTY0_FIRST,
-    ),
+    DiskRow {
+        name: "azure",
+        extension: "vhd",
+        format: Format::Vhd,
+        recompressed: true,
+        arches: X86_ARM,
+        rhcos_arches: X86_ARM,
+        default_serial: false,
+        default_kargs: TTY0_FIRST,
+    }
+    .spec(),
+    DiskRow {
+        name: "gcp",
+        extension: "tar.gz",
+        format: Format::GcpTar,
+        recompressed: false,
+        arches: X86_ARM,
+        rhcos_arches: X86_ARM,
+        default_serial: true,
+        default_kargs: TTY0_FIRST,
+    }
+    .spec(),
     // The rest of what RHCOS ships (docs/contract.md §3.1).
-    disk(
-        "azurestack",
-        "vhd",
-        Format::Vhd,
-        true,
-        X86,
-        X86,
-        false,
-        TTY0_FIRST,
-    ),
+    DiskRow {
+        name: "azurestack",
+        extension: "vhd",
+        format: Format::Vhd,
+        recompressed: true,
+        arches: X86,
+        rhcos_arches: X86,
+        default_serial: false,
+        default_kargs: TTY0_FIRST,
+    }
+    .spec(),
     PlatformSpec {
         // platform.ibmcloud.ipp.yaml: "IBM Cloud has requested virtual size
         // of images to be 100G" (coreos-assembler#2041).
         size: SizeRule::Fixed(100),
-        ..disk(
-            "ibmcloud", "qcow2", QCOW2, true, X86_S390, X86_S390, true, TTY0_FIRST,
-        )
+        ..DiskRow {
+            name: "ibmcloud",
+            extension: "qcow2",
+            format: QCOW2,
+            recompressed: true,
+            arches: X86_S390,
+            rhcos_arches: X86_S390,
+            default_serial: true,
+            default_kargs: TTY0_FIRST,
+        }
+        .spec()
     },
-    disk(
-        "kubevirt",
-        "ociarchive",
-        Format::OciArchive,
-        false,
-        X86_S390,
-        X86_S390,
-        true,
-        TTYS0_FIRST,
-    ),
-    disk(
-        "nutanix",
-        "qcow2",
-        Format::Qcow2 { compressed: true },
-        false,
-        X86,
-        X86,
-        false,
-        &[],
-    ),
-    disk(
-        "oraclecloud",
-        "qcow2",
-        QCOW2,
-        true,
-        X86_ARM,
-        X86_ARM,
-        false,
-        &[],
-    ),
+    DiskRow {
+        name: "kubevirt",
+        extension: "ociarchive",
+        format: Format::OciArchive,
+        recompressed: false,
+        arches: X86_S390,
+        rhcos_arches: X86_S390,
+        default_serial: true,
+        default_kargs: TTYS0_FIRST,
+    }
+    .spec(),
+    DiskRow {
+        name: "nutanix",
+        extension: "qcow2",
+        format: Format::Qcow2 { compressed: true },
+        recompressed: false,
+        arches: X86,
+        rhcos_arches: X86,
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "oraclecloud",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: X86_ARM,
+        rhcos_arches: X86_ARM,
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
     // cosa builds these; RHCOS does not ship them.
-    disk(
-        "hyperv",
-        "vhdx",
-        Format::Vhdx,
-        true,
-        X86_ARM,
-        &[],
-        false,
-        &[],
-    ),
-    disk(
-        "virtualbox",
-        "ova",
-        Format::Ova {
+    DiskRow {
+        name: "hyperv",
+        extension: "vhdx",
+        format: Format::Vhdx,
+        recompressed: true,
+        arches: X86_ARM,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "virtualbox",
+        extension: "ova",
+        format: Format::Ova {
             template: OvfTemplate::Virtualbox,
         },
-        false,
-        X86,
-        &[],
-        true,
-        TTYS0_FIRST,
-    ),
-    disk("aliyun", "qcow2", QCOW2, true, X86, &[], false, &[]),
-    disk("digitalocean", "qcow2", QCOW2, true, X86, &[], false, &[]),
-    disk("exoscale", "qcow2", QCOW2, true, X86, &[], false, &[]),
-    disk("proxmoxve", "qcow2", QCOW2, true, X86, &[], false, &[]),
-    disk(
-        "applehv",
-        "raw",
-        Format::Raw,
-        true,
-        X86_ARM,
-        &[],
-        false,
-        &[],
-    ),
-    disk(
-        "hetzner",
-        "raw",
-        Format::Raw,
-        true,
-        X86_ARM,
-        &[],
-        false,
-        &[],
-    ),
-    disk("vultr", "raw", Format::Raw, true, X86, &[], false, &[]),
+        recompressed: false,
+        arches: X86,
+        rhcos_arches: &[],
+        default_serial: true,
+        default_kargs: TTYS0_FIRST,
+    }
+    .spec(),
+    DiskRow {
+        name: "aliyun",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: X86,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "digitalocean",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: X86,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "exoscale",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: X86,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "proxmoxve",
+        extension: "qcow2",
+        format: QCOW2,
+        recompressed: true,
+        arches: X86,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "applehv",
+        extension: "raw",
+        format: Format::Raw,
+        recompressed: true,
+        arches: X86_ARM,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "hetzner",
+        extension: "raw",
+        format: Format::Raw,
+        recompressed: true,
+        arches: X86_ARM,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
+    DiskRow {
+        name: "vultr",
+        extension: "raw",
+        format: Format::Raw,
+        recompressed: true,
+        arches: X86,
+        rhcos_arches: &[],
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
     // Known, not built: other architectures' own platforms.
     // cosa cmd-buildextend-powervs (cosalib/ibmcloud.py): the qemu disk's
     // size, its own gzip (`skip-compression`).
-    disk(
-        "powervs",
-        "ova.gz",
-        Format::PowerVsOva,
-        false,
-        PPC,
-        PPC,
-        false,
-        &[],
-    ),
+    DiskRow {
+        name: "powervs",
+        extension: "ova.gz",
+        format: Format::PowerVsOva,
+        recompressed: false,
+        arches: PPC,
+        rhcos_arches: PPC,
+        default_serial: false,
+        default_kargs: &[],
+    }
+    .spec(),
     PlatformSpec {
         built: false,
-        ..disk("qemu-secex", "qcow2", QCOW2, true, S390, S390, false, &[])
+        ..DiskRow {
+            name: "qemu-secex",
+            extension: "qcow2",
+            format: QCOW2,
+            recompressed: true,
+            arches: S390,
+            rhcos_arches: S390,
+            default_serial: false,
+            default_kargs: &[],
+        }
+        .spec()
     },
     PlatformSpec {
         built: false,
-        ..disk(
-            "nvidiabluefield",
-            "bfb",
-            Format::Raw,
-            false,
-            ARM,
-            ARM,
-            false,
-            &[],
-        )
+        ..DiskRow {
+            name: "nvidiabluefield",
+            extension: "bfb",
+            format: Format::Raw,
+            recompressed: false,
+            arches: ARM,
+            rhcos_arches: ARM,
+            default_serial: false,
+            default_kargs: &[],
+        }
+        .spec()
     },
     PlatformSpec {
         size: SizeRule::Metal,
         ignition_id: "metal",
         meta_key: "live-iso",
         stream_platform: "metal",
-        ..disk(
-            "live",
-            "iso",
-            Format::Live,
-            false,
-            ALL_ARCHES,
-            ALL_ARCHES,
-            false,
-            &[],
-        )
+        ..DiskRow {
+            name: "live",
+            extension: "iso",
+            format: Format::Live,
+            recompressed: false,
+            arches: ALL_ARCHES,
+            rhcos_arches: ALL_ARCHES,
+            default_serial: false,
+            default_kargs: &[],
+        }
+        .spec()
     },
 ];
 

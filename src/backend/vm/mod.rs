@@ -56,14 +56,22 @@ pub struct VmArgs {
     pub vm_watchdog: u64,
 }
 
-/// Run `job` in a VM: under KVM with `kvm`, else emulated (TCG).
+/// How the VM runs: under KVM, or emulated (TCG).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+/// Run `job` in a VM, accelerated as `accel` says.
 pub fn run(
     job: &DiskJob,
     args: &VmArgs,
-    kvm: bool,
+    accel: Accel,
     cache_dir: &Path,
     r: &Reporter,
 ) -> Result<DiskOutput> {
+    let kvm = accel == Accel::Kvm;
     // The OS's buildroot (its tools run in the VM as they would here),
     // shared read-only at the same path.
     let buildroot_dir = job.buildroot.as_ref().map(|t| {

@@ -374,14 +374,14 @@ fn write_compressed(
         }
     };
     // The runs are read and deflated by the encoders' one ordered worker
-    // pool (io::pipeline), and stored here in guest order.
+    // pool (io::ordered), and stored here in guest order.
     let runs = cluster_runs(src)?;
     let workers = crate::util::threads(threads);
     let pool = BufPool::new(
         (READ_BATCH_CLUSTERS * CLUSTER_SIZE) as usize,
         workers * 2 + 2,
     );
-    crate::io::pipeline::run(
+    crate::io::ordered::run(
         "qcow2",
         workers,
         runs.len(),

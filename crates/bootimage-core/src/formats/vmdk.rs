@@ -660,7 +660,7 @@ fn run(
         pool: pool.clone(),
         cache: opts.cache,
     };
-    crate::io::pipeline::run(
+    crate::io::ordered::run(
         "vmdk",
         workers,
         job.chunks.len(),

@@ -2,7 +2,7 @@
 pub mod buffers;
 pub mod compress;
 pub mod deflate;
-pub mod pipeline;
+pub mod ordered;
 pub mod sparse;
 pub mod view;
 

@@ -206,7 +206,7 @@ pub(super) fn run(
         cache,
     };
 
-    let result = crate::io::pipeline::run(
+    let result = crate::io::ordered::run(
         &kind.to_string(),
         workers,
         job.data_chunks.len(),
