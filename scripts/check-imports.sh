@@ -9,7 +9,8 @@
 #   scripts/check-imports.sh -v     # ... plus the whole edge list
 #
 # Exit status: 0 when there are no cycles (of modules or of files), no
-# upward imports; 1 otherwise. (An `unsafe` without a SAFETY comment is the
+# upward imports, and no citation of a document outside the repository
+# (scripts/check-citations.sh); 1 otherwise. (An `unsafe` without a SAFETY comment is the
 # compiler's to refuse: clippy's undocumented_unsafe_blocks, Cargo.toml
 # [workspace.lints], over every target, tests included.) The suite runs it
 # as its `imports` job. Plain grep/awk, no toolchain needed.
@@ -165,3 +166,5 @@ END {
     exit (ncyc + nup > 0 || stale != "" || unknown != "") ? 1 : 0
 }' || exit 1
 python3 scripts/layout-report.py --cycles
+# The repository cites only itself (scripts/check-citations.sh).
+bash scripts/check-citations.sh

@@ -46,7 +46,7 @@ pub struct InputArgs {
 }
 
 /// How the release's signature is checked before anything is built from
-/// it, as OpenShift checks an update (SPEC §8). An official release (its
+/// it, as OpenShift checks an update (docs/contract.md §8). An official release (its
 /// pull spec, or the IDMS source it mirrors, is Red Hat's or OKD's) must
 /// verify against the built-in keys (GPG or cosign, either); any release
 /// must when keys are given or with --require-signature. Keys given

@@ -1,5 +1,5 @@
 //! GPG "atomic container signatures" of a release, checked as OpenShift's
-//! CVO checks them (library-go `pkg/verify`; SPEC §8, UPSTREAM.md §29a):
+//! CVO checks them (library-go `pkg/verify`; docs/contract.md §8, UPSTREAM.md §29a):
 //! every keyring of the trust configuration must be satisfied by at least
 //! one signature whose OpenPGP message verifies against it (by the system's
 //! `gpgv`), has not expired, and whose JSON (no unknown field at any level)

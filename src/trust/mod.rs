@@ -1,6 +1,6 @@
 //! Trust: the release checked as OpenShift checks it before anything is
 //! built from it, and what we publish signed, with provenance
-//! (SPEC §8; UPSTREAM.md §29).
+//! (docs/contract.md §8; UPSTREAM.md §29).
 //! - `atomic`: GPG "atomic container signatures" of the release digest
 //!   (library-go `pkg/verify`): keyrings and stores from a
 //!   `release-verification` ConfigMap, signatures from stores and files;

@@ -1,5 +1,5 @@
 //! cosign-compatible keys, signatures and attestations, read and written
-//! (SPEC §8; UPSTREAM.md §29b). The judge is the real cosign CLI (2.5 and
+//! (docs/contract.md §8; UPSTREAM.md §29b). The judge is the real cosign CLI (2.5 and
 //! 3.1, tests/trust/cosign.rs), both ways.
 //!
 //! In: PEM keys (cosign.pub, the encrypted cosign.key and its password, the
