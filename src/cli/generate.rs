@@ -1,42 +1,16 @@
 //! `generate` arguments: `GenerateArgs` and the option groups and value
 //! enums only it takes (backend, progress, VM, AWS registration, whose
-//! ostree deploys), plus their conversions into the plain types of the
-//! layers below. The release input (`input`) and vSphere placement
+//! ostree deploys); each flag declared once, here, and read once into
+//! the settings (`commands::generate::settings`). The release input (`input`) and vSphere placement
 //! (`vsphere`) are shared and come from their own files. Handled by
 //! `commands::generate`.
 use super::input::InputArgs;
 use super::vsphere::VsphereTarget;
+pub use crate::backend::Backend;
+pub use crate::util::progress::Progress;
+use clap::builder::PossibleValue;
 use clap::Args;
 use std::path::PathBuf;
-
-/// Where the privileged disk steps run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// loopback when running as root with loop devices, else kvm when
-    /// /dev/kvm is usable, else nokvm.
-    Auto,
-    /// On this host, with loop devices and mounts (needs root).
-    Loopback,
-    /// Inside a throw-away VM with KVM acceleration (needs /dev/kvm, no root).
-    Kvm,
-    /// Inside a throw-away VM under pure emulation (TCG): slow, needs
-    /// neither root nor KVM.
-    Nokvm,
-}
-
-/// How progress is reported on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Progress {
-    /// Bars on a terminal, plain lines otherwise.
-    Auto,
-    /// Progress bars.
-    Tty,
-    /// One line per step.
-    Plain,
-    /// JSON Lines (one object per event) for CI.
-    Json,
-}
 
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -174,48 +148,55 @@ pub enum DeployOstree {
     Host,
 }
 
-// The layers below the CLI have their own plain types (nothing below imports
-// clap); these turn the clap ones into them.
+// The values of --backend and --progress are the layers' own enums (nothing
+// below imports clap); clap learns their names and help here.
 
-impl From<Progress> for crate::util::progress::Progress {
-    fn from(p: Progress) -> Self {
-        match p {
-            Progress::Auto => Self::Auto,
-            Progress::Tty => Self::Tty,
-            Progress::Plain => Self::Plain,
-            Progress::Json => Self::Json,
-        }
+impl clap::ValueEnum for Backend {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            Backend::Auto,
+            Backend::Loopback,
+            Backend::Kvm,
+            Backend::Nokvm,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            Backend::Auto => PossibleValue::new("auto").help(
+                "loopback when running as root with loop devices, else kvm when /dev/kvm is usable, else nokvm",
+            ),
+            Backend::Loopback => PossibleValue::new("loopback")
+                .help("On this host, with loop devices and mounts (needs root)"),
+            Backend::Kvm => PossibleValue::new("kvm")
+                .help("Inside a throw-away VM with KVM acceleration (needs /dev/kvm, no root)"),
+            Backend::Nokvm => PossibleValue::new("nokvm").help(
+                "Inside a throw-away VM under pure emulation (TCG): slow, needs neither root nor KVM",
+            ),
+        })
     }
 }
 
-impl From<Backend> for crate::backend::Backend {
-    fn from(b: Backend) -> Self {
-        match b {
-            Backend::Auto => Self::Auto,
-            Backend::Loopback => Self::Loopback,
-            Backend::Kvm => Self::Kvm,
-            Backend::Nokvm => Self::Nokvm,
-        }
+impl clap::ValueEnum for Progress {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            Progress::Auto,
+            Progress::Tty,
+            Progress::Plain,
+            Progress::Json,
+        ]
     }
-}
 
-impl From<&VmArgs> for crate::backend::vm::VmArgs {
-    fn from(a: &VmArgs) -> Self {
-        Self {
-            vm_memory: a.vm_memory,
-            vm_cpus: a.vm_cpus,
-            vm_watchdog: a.vm_watchdog,
-        }
-    }
-}
-
-impl From<&AwsArgs> for crate::publish::aws::AwsArgs {
-    fn from(a: &AwsArgs) -> Self {
-        Self {
-            aws_register: a.aws_register,
-            aws_region: a.aws_region.clone(),
-            aws_endpoint_url: a.aws_endpoint_url.clone(),
-            aws_ami_name: a.aws_ami_name.clone(),
-        }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            Progress::Auto => {
+                PossibleValue::new("auto").help("Bars on a terminal, plain lines otherwise")
+            }
+            Progress::Tty => PossibleValue::new("tty").help("Progress bars"),
+            Progress::Plain => PossibleValue::new("plain").help("One line per step"),
+            Progress::Json => {
+                PossibleValue::new("json").help("JSON Lines (one object per event) for CI")
+            }
+        })
     }
 }

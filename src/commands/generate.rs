@@ -1,7 +1,7 @@
 //! `generate`: the flags become validated settings, the pipeline runs them.
 use crate::cli::GenerateArgs;
 use crate::plan::preflight::Named;
-use crate::plan::settings::{Flags, Settings};
+use crate::plan::settings::{self, Settings};
 use crate::platforms::Upload;
 use anyhow::Result;
 
@@ -56,24 +56,7 @@ fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
         }
         None => None,
     };
-    let vsphere_target = a.vsphere.clone();
-    let sign_key = a.sign_key.clone();
-    let flags = Flags {
-        platforms: a.platforms,
-        aws: (&a.aws).into(),
-        compress: a.compress,
-        base_url: a.base_url,
-        output: a.output,
-        backend: a.backend.into(),
-        vm: (&a.vm).into(),
-        progress: a.progress.into(),
-        dry_run: a.dry_run,
-        no_ostree_archive: a.no_ostree_archive,
-        debug_raw_dir: a.debug_raw_dir,
-        deploy_with_os: a.deploy_ostree == crate::cli::DeployOstree::Os,
-        threads: a.threads,
-    };
-    let settings = Settings::new(flags, || super::input_settings(&a.input))?;
+    let settings = settings(&a)?;
     // Two runs into one output directory: the second refuses at once.
     let _out_lock = crate::util::lock::DirLock::output(&settings.output)?;
     if !settings.dry_run {
@@ -81,15 +64,61 @@ fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
     }
     let ran = crate::pipeline::run(&settings)?;
     if !settings.dry_run {
-        let key = super::registry::signing_key(sign_key.as_deref())?;
+        let key = super::registry::signing_key(a.sign_key.as_deref())?;
         crate::trust::provenance::write(&settings.output, key.as_ref())?;
     }
     if let Some(v) = vsphere {
         if !settings.dry_run {
-            super::vsphere::import_ova(&v, ran.upload(Upload::Vsphere)?, &vsphere_target)?;
+            super::vsphere::import_ova(&v, ran.upload(Upload::Vsphere)?, &a.vsphere)?;
         }
     }
     Ok(ran)
+}
+
+/// `generate`'s flags read into [`Settings`], the one place each is read:
+/// the platforms, the `--aws-*` group and what they need of each other,
+/// compression, `--base-url` and `-o`, then the release input (in this
+/// order, so a typo in a flag is named before the release is looked at).
+fn settings(a: &GenerateArgs) -> Result<Settings> {
+    let named = Named::parse(&a.platforms)?;
+    let w = &a.aws;
+    let aws = if w.aws_register {
+        Some(crate::publish::aws::Settings::new(
+            &w.aws_region,
+            w.aws_endpoint_url.as_deref(),
+            w.aws_ami_name.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    settings::check_uploads(&named, aws.as_ref())?;
+    let compressor = a
+        .compress
+        .as_deref()
+        .map(crate::io::compress::Compressor::parse)
+        .transpose()?;
+    settings::check_output(a.base_url.as_deref(), &a.output)?;
+    Ok(Settings {
+        input: super::input_settings(&a.input)?,
+        named: named.specs,
+        all: named.all,
+        aws,
+        compressor,
+        base_url: a.base_url.clone(),
+        output: a.output.clone(),
+        backend: a.backend,
+        vm: crate::backend::vm::VmSettings {
+            vm_memory: a.vm.vm_memory,
+            vm_cpus: a.vm.vm_cpus,
+            vm_watchdog: a.vm.vm_watchdog,
+        },
+        progress: a.progress,
+        dry_run: a.dry_run,
+        ostree_archive: !a.no_ostree_archive,
+        debug_raw_dir: a.debug_raw_dir.clone(),
+        deploy_with_os: a.deploy_ostree == crate::cli::DeployOstree::Os,
+        threads: a.threads.unwrap_or(0),
+    })
 }
 
 /// What killed runs left (their work dirs, VM, mounts, loop devices, and

@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 
 /// The VM of the kvm and nokvm backends (`--vm-*`).
 #[derive(Debug, Clone)]
-pub struct VmArgs {
+pub struct VmSettings {
     /// Memory, in MiB.
     pub vm_memory: u32,
     /// CPUs (default: this host's, at most 4).
@@ -66,7 +66,7 @@ pub enum Accel {
 /// Run `job` in a VM, accelerated as `accel` says.
 pub fn run(
     job: &DiskJob,
-    args: &VmArgs,
+    args: &VmSettings,
     accel: Accel,
     cache_dir: &Path,
     r: &Reporter,

@@ -31,7 +31,7 @@ pub use calls::{delete_snapshot, snapshot_state, tag};
 pub use errors::{chain, explain};
 pub use region::Registered;
 pub use session::Session;
-pub use settings::{check_ami_name, check_endpoint_url, check_region_name, AwsArgs, Settings};
+pub use settings::{check_ami_name, check_endpoint_url, check_region_name, Settings};
 pub use tags::{
     Tags, ROOT_DEVICE, TAG_AMI_NAME, TAG_NAME, TAG_OS_VERSION, TAG_RELEASE, TAG_SNAPSHOT,
     TAG_UPLOAD, UPLOAD_COMPLETE,

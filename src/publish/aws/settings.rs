@@ -1,18 +1,8 @@
-//! The `--aws-*` options: [`AwsArgs`] as given on the command line, and
-//! [`Settings`] once validated (region names, endpoint URL, AMI name
+//! The `--aws-*` options: [`Settings`] once validated (region names, endpoint URL, AMI name
 //! checked before anything is built).
 use anyhow::{bail, Result};
 
 /// Validated `--aws-*` options.
-/// `--aws-*` as given, before validation.
-#[derive(Debug, Clone, Default)]
-pub struct AwsArgs {
-    pub aws_register: bool,
-    pub aws_region: Vec<String>,
-    pub aws_endpoint_url: Option<String>,
-    pub aws_ami_name: Option<String>,
-}
-
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Regions asked for; empty: the chain's default region.
@@ -22,29 +12,31 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// `None` unless `--aws-register` was given.
-    pub fn from_args(a: &AwsArgs) -> Result<Option<Settings>> {
-        if !a.aws_register {
-            return Ok(None);
-        }
+    /// `--aws-register` with these `--aws-region`s (repeated ones once),
+    /// `--aws-endpoint-url` and `--aws-ami-name`, each checked.
+    pub fn new(
+        region: &[String],
+        endpoint_url: Option<&str>,
+        ami_name: Option<&str>,
+    ) -> Result<Settings> {
         let mut regions: Vec<String> = Vec::new();
-        for r in &a.aws_region {
+        for r in region {
             check_region_name(r)?;
             if !regions.contains(r) {
                 regions.push(r.clone());
             }
         }
-        if let Some(u) = &a.aws_endpoint_url {
+        if let Some(u) = endpoint_url {
             check_endpoint_url(u)?;
         }
-        if let Some(n) = &a.aws_ami_name {
+        if let Some(n) = ami_name {
             check_ami_name(n)?;
         }
-        Ok(Some(Settings {
+        Ok(Settings {
             regions,
-            endpoint_url: a.aws_endpoint_url.clone(),
-            ami_name: a.aws_ami_name.clone(),
-        }))
+            endpoint_url: endpoint_url.map(str::to_string),
+            ami_name: ami_name.map(str::to_string),
+        })
     }
 }
 
