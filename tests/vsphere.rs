@@ -160,6 +160,12 @@ impl Sim {
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.args(["vsphere", "import"]).args(args);
+        self.env(&mut c);
+        c
+    }
+
+    /// govc's variables for this simulator, and nothing of this host's.
+    fn env(&self, c: &mut Command) {
         for (k, _) in std::env::vars() {
             if k.starts_with("GOVC_") {
                 c.env_remove(k);
@@ -171,7 +177,6 @@ impl Sim {
             .env("GOVC_TLS_CA_CERTS", &self.ca)
             .env("GOVC_RESOURCE_POOL", POOL)
             .env_remove("BOOTIMAGE_GEN_PAUSE_AT");
-        c
     }
 
     fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -634,6 +639,81 @@ fn bad_inputs() {
         eprintln!("{m}");
     }
     eprintln!("bad_inputs: {:.1?}", t0.elapsed());
+}
+
+/// The user's path: `generate <release> vmware --vsphere-template NAME`
+/// builds the OVA and imports the file the platform table sends to
+/// vSphere, the template named as asked and the patches printed. When the
+/// import fails after the build (vCenter gone), the error says the
+/// bootimages are complete and gives the `vsphere import` command that
+/// does the rest; the output directory holds them.
+#[test]
+fn generate_vmware_imports_its_ova_and_a_failed_import_says_what_is_left() {
+    let sim = Sim::start();
+    let root = common::scratch("vsphere-generate");
+    let _ = std::fs::remove_dir_all(&root);
+    let release = common::oci("release");
+    let generate = |out: &Path, url: Option<&str>| {
+        let mut c = Command::new(BIN);
+        c.args([
+            "generate",
+            &release,
+            "vmware",
+            "--vsphere-template",
+            "rhcos-gen",
+        ])
+        .args(["--no-ostree-archive", "--progress", "plain", "-o"])
+        .arg(out)
+        .env("BOOTIMAGE_GEN_CACHE_DIR", root.join("cache"));
+        sim.env(&mut c);
+        if let Some(u) = url {
+            c.env("GOVC_URL", u);
+        }
+        c.output().unwrap()
+    };
+    let out = root.join("out");
+    let o = generate(&out, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
+    let ova = out.join(meta["images"]["vmware"]["path"].as_str().unwrap());
+    assert!(
+        stderr(&o).contains(&format!("vsphere: importing {}", ova.display())),
+        "the OVA the run wrote is the one imported:\n{}",
+        stderr(&o)
+    );
+    let names: Vec<String> = sim
+        .vms()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(names, ["rhcos-gen"], "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("rhcos-gen"),
+        "the patches name the template"
+    );
+    // vCenter unreachable once the build is done: a port nothing listens on.
+    let gone = format!("https://127.0.0.1:{}/sdk", common::free_port());
+    let out2 = root.join("out-gone");
+    let o = generate(&out2, Some(&gone));
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(out2.join("meta.json")).unwrap()).unwrap();
+    let ova2 = out2.join(meta["images"]["vmware"]["path"].as_str().unwrap());
+    assert!(ova2.is_file(), "{}", ova2.display());
+    assert!(
+        e.contains(&format!(
+            "the bootimages in {} are complete",
+            out2.display()
+        )) && e.contains("the vSphere import failed")
+            && e.contains(&format!(
+                "bootimage-gen vsphere import {} --name rhcos-gen",
+                ova2.display()
+            )),
+        "a failed import after the build says what is done and what to run:\n{e}"
+    );
+    eprintln!("{}", e.lines().last().unwrap_or_default());
 }
 
 /// Interrupt the import during the upload: at the lease (before the first

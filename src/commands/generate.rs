@@ -1,8 +1,8 @@
-//! `generate`: the flags become validated settings, the pipeline runs them.
+//! `generate`: the flags become validated settings, the pipeline runs them,
+//! the publish stage ([`super::publish`]) sends the output where asked.
 use crate::cli::GenerateArgs;
 use crate::plan::preflight::Named;
 use crate::plan::settings::{self, Settings};
-use crate::platforms::Upload;
 use anyhow::Result;
 
 /// `--os-stream all`: every OS stream of the release.
@@ -10,69 +10,36 @@ pub const ALL_STREAMS: &str = "all";
 
 pub fn run(a: GenerateArgs) -> Result<()> {
     crate::util::cancel::install()?;
-    // --sign-key: read, and its password checked, before any work.
-    let key = super::registry::signing_key(a.sign_key.as_deref())?;
-    // --push: the registry reached (and the reference checked) first, so a
-    // typo or a refused credential costs seconds, not a build.
-    let push = match (&a.push, a.dry_run) {
-        (Some(r), false) => Some(super::registry::generate_target(r, &a.input)?),
-        (Some(r), true) => {
-            let (_, d) =
-                super::registry::push_reference(r).map_err(|e| e.context(format!("--push {r}")))?;
-            crate::util::ui::status(format!("--dry-run: would push the output to {r} (tag {d})"));
-            None
-        }
-        (None, _) => None,
-    };
+    // Every publish target checked (and reached) before any build.
+    let targets = super::publish::Targets::check(&a)?;
     let output = a.output.clone();
     // The stream a one-stream run pushes as: its OS stream key, as the
     // directories of --os-stream all are named, so cells of a matrix that
     // build other streams of one release into one REF each keep a part.
+    let one = |a: GenerateArgs| -> Result<crate::pipeline::Ran> {
+        let ran = run_one(&a)?;
+        targets.after_run(&ran, &a.output)?;
+        Ok(ran)
+    };
     let stream = if a.input.os_stream.as_deref() == Some(ALL_STREAMS) {
-        super::all_streams::run(a, run_one)?;
+        super::all_streams::run(a, one)?;
         None
     } else {
-        Some(run_one(a)?.os_stream)
+        Some(one(a)?.os_stream)
     };
-    if let Some(t) = push {
-        t.push(&output, stream.as_deref(), key.as_ref())?;
-    }
-    Ok(())
+    targets.after_all(&output, stream.as_deref())
 }
 
-fn run_one(a: GenerateArgs) -> Result<crate::pipeline::Ran> {
-    // vSphere: settings checked before the build, the import after it.
-    let vsphere = match &a.vsphere_template {
-        Some(name) => {
-            if !Named::parse(&a.platforms)?.upload_to(Upload::Vsphere) {
-                anyhow::bail!("--vsphere-template {name} needs the vmware platform: add `vmware` to the platforms");
-            }
-            Some(super::vsphere::settings(
-                &a.vsphere,
-                name,
-                a.vsphere_insecure,
-                Some(a.input.release.clone()),
-            )?)
-        }
-        None => None,
-    };
-    let settings = settings(&a)?;
+/// One run: settings, the output directory locked and swept of what killed
+/// runs left, the pipeline.
+fn run_one(a: &GenerateArgs) -> Result<crate::pipeline::Ran> {
+    let settings = settings(a)?;
     // Two runs into one output directory: the second refuses at once.
     let _out_lock = crate::util::lock::DirLock::output(&settings.output)?;
     if !settings.dry_run {
         recover(&settings.input.cache_dir, &settings.output);
     }
-    let ran = crate::pipeline::run(&settings)?;
-    if !settings.dry_run {
-        let key = super::registry::signing_key(a.sign_key.as_deref())?;
-        crate::trust::provenance::write(&settings.output, key.as_ref())?;
-    }
-    if let Some(v) = vsphere {
-        if !settings.dry_run {
-            super::vsphere::import_ova(&v, ran.upload(Upload::Vsphere)?, &a.vsphere)?;
-        }
-    }
-    Ok(ran)
+    crate::pipeline::run(&settings)
 }
 
 /// `generate`'s flags read into [`Settings`], the one place each is read:

@@ -5,6 +5,7 @@ pub mod gc;
 pub mod generate;
 pub mod inspect;
 pub mod platforms;
+pub mod publish;
 pub mod registry;
 pub mod stream;
 pub mod vsphere;
