@@ -6,6 +6,9 @@ use crate::publish::stream::{self, STREAMS_JSON};
 use crate::release::osimages;
 use anyhow::Result;
 
+/// `--os-stream all`: every OS stream of the release.
+pub const ALL_STREAMS: &str = "all";
+
 /// One run per OS stream, into `<output>/<stream>` (OKD's one stream, which
 /// has no class: `<output>/<tag>`), then `<output>/streams.json`: each
 /// stream's stream.json under its ConfigMap key (`""` for a stream without

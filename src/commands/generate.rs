@@ -5,9 +5,6 @@ use crate::plan::preflight::Named;
 use crate::plan::settings::{self, Settings};
 use anyhow::Result;
 
-/// `--os-stream all`: every OS stream of the release.
-pub const ALL_STREAMS: &str = "all";
-
 pub fn run(a: GenerateArgs) -> Result<()> {
     crate::util::cancel::install()?;
     // Every publish target checked (and reached) before any build.
@@ -21,7 +18,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         targets.after_run(&ran, &a.output)?;
         Ok(ran)
     };
-    let stream = if a.input.os_stream.as_deref() == Some(ALL_STREAMS) {
+    let stream = if a.input.os_stream.as_deref() == Some(super::all_streams::ALL_STREAMS) {
         super::all_streams::run(a, one)?;
         None
     } else {

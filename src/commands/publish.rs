@@ -96,7 +96,7 @@ impl Targets {
             push,
             vsphere,
             dry_run: a.dry_run,
-            all_streams: a.input.os_stream.as_deref() == Some(super::generate::ALL_STREAMS),
+            all_streams: a.input.os_stream.as_deref() == Some(super::all_streams::ALL_STREAMS),
         })
     }
 
