@@ -175,7 +175,14 @@ awk '
   /^fresh-machine: make / { goal = substr($0, 21); next }
   /^\[ *[0-9]+ s\] / {
     t = $0; sub(/^\[ */, "", t); t += 0; sub(/^\[ *[0-9]+ s\] /, "")
-    if ($0 ~ /^(bash |cargo |python3 |suite: start )/) { flush(t); name = "make " goal ": " substr($0, 1, 40); from = t }
+    if ($0 ~ /^(bash |cargo |python3 )/) { flush(t); name = "make " goal ": " substr($0, 1, 40); from = t }
+    # make test runs silently; its phases are the rows of the suite'"'"'s own
+    # table (| install-deps | | 0:01 |, | compile tests |, | fixtures |, the
+    # targets): printed as they stand, in seconds.
+    else if ($0 ~ /^\| [a-z_ -]+\|[^|]*\| +[0-9]+:[0-9][0-9] \|/ && $0 !~ /^\| (target|whole run) /) {
+      split($0, c, "|"); what = c[2]; gsub(/^ +| +$/, "", what)
+      split(c[4], ms, ":"); printf "  %-64s %6d\n", "make " goal ": " what " (the suite'"'"'s table)", ms[1] * 60 + ms[2]
+    }
   }
 ' "$work/log"
 say "the machine's make ${goals[*]}: exit $rc"
