@@ -6,7 +6,7 @@
 //! `platforms.json` is read in `platforms` (re-exported here).
 mod platforms;
 
-pub use platforms::{ConsoleTable, PlatformConsole, Platforms, PlatformsShape, ARCH_KEYS};
+pub use platforms::{is_arch_key, ConsoleTable, PlatformConsole, Platforms, PlatformsShape};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;

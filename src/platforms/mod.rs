@@ -35,8 +35,9 @@ pub enum SizeRule {
     Fixed(u64),
 }
 
-/// Architectures (CoreOS names).
-const ALL_ARCHES: &[&str] = &["x86_64", "aarch64", "ppc64le", "s390x"];
+/// Architectures (CoreOS names): all of them (the one list,
+/// `util::arch::ARCHES`), and the subsets platforms are built for.
+const ALL_ARCHES: &[&str] = &crate::util::arch::ARCHES;
 const X86: &[&str] = &["x86_64"];
 const X86_ARM: &[&str] = &["x86_64", "aarch64"];
 const X86_S390: &[&str] = &["x86_64", "s390x"];

@@ -19,8 +19,12 @@ pub struct PlatformConsole {
 /// One platform → console settings table.
 pub type ConsoleTable = BTreeMap<String, PlatformConsole>;
 
-/// Architecture names that may key an arch-keyed platforms table.
-pub const ARCH_KEYS: [&str; 5] = ["x86_64", "aarch64", "ppc64le", "s390x", "riscv64"];
+/// Architecture names that may key an arch-keyed platforms table: the
+/// CoreOS architectures (`util::arch::ARCHES`) and those Fedora CoreOS's
+/// `platforms.yaml` also keys (riscv64).
+pub fn is_arch_key(k: &str) -> bool {
+    crate::util::arch::ARCHES.contains(&k) || k == "riscv64"
+}
 
 /// The two shapes of `platforms.json` this tool reads.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -112,7 +116,7 @@ impl Platforms {
                 kind(&v)
             );
         };
-        let arch_keyed = !top.is_empty() && top.keys().all(|k| ARCH_KEYS.contains(&k.as_str()));
+        let arch_keyed = !top.is_empty() && top.keys().all(|k| is_arch_key(k));
         let shape = if arch_keyed {
             let mut arches = BTreeMap::new();
             for (a, t) in top {
