@@ -497,39 +497,6 @@ fn a_silent_guest_is_booted_once_more_then_an_error() {
     assert!(no_qemu_named(&name), "qemu {name} still running");
 }
 
-/// A boot loader that says nothing after the firmware hands over (here a
-/// boot sector that loops for ever: SeaBIOS boots it, then silence) is
-/// stalled `stall` after the firmware's last line, not left to the
-/// timeout: booted once more (an emulator fault would pass then), and when
-/// the second is silent too, an error saying both; no qemu left.
-#[test]
-fn a_boot_loader_silent_after_the_firmware_is_booted_once_more_then_an_error() {
-    let name = format!("bootimage-harness-silent-loader-{}", std::process::id());
-    let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("loop.raw");
-    let mut mbr = vec![0u8; 1 << 20];
-    mbr[0] = 0xEB; // jmp $
-    mbr[1] = 0xFE;
-    mbr[510] = 0x55;
-    mbr[511] = 0xAA;
-    std::fs::write(&disk, &mbr).unwrap();
-    let t0 = Instant::now();
-    let e = Vm::new(Firmware::Bios)
-        .medium(Media::disk(&disk))
-        .timeout(Duration::from_secs(120))
-        .stall(Duration::from_secs(4))
-        .name(&name)
-        .boot()
-        .unwrap_err();
-    assert!(
-        e.contains("the console stayed empty for 4 s after the firmware's last line"),
-        "{e}"
-    );
-    assert!(e.contains("the first boot failed too"), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(100), "{e}");
-    assert!(no_qemu_named(&name), "qemu {name} still running");
-}
-
 #[test]
 fn kernel_panic_is_an_error_without_waiting_for_the_timeout() {
     // No initramfs: the kernel cannot mount a root and panics (and, with

@@ -1093,13 +1093,10 @@ enum Outcome {
     },
     /// The guest kernel oopsed (its line) and no marker followed.
     Oops(String),
-    /// The console said nothing for `quiet`, from when it last grew, or,
-    /// when it never wrote (`console_empty`), from the firmware's last line
-    /// (it handed over to the boot loader, which then said nothing).
+    /// The console said nothing for `quiet`, from when it last grew.
     Stalled {
         last_output: Duration,
         quiet: Duration,
-        console_empty: bool,
     },
 }
 
@@ -1114,23 +1111,10 @@ impl Outcome {
             Outcome::Panic(line) if emulation_panic(line) => Some(format!(
                 "the guest kernel's timer check failed under emulation ({line})"
             )),
-            Outcome::Stalled {
-                last_output,
-                quiet,
-                console_empty: false,
-            } => Some(format!(
+            Outcome::Stalled { last_output, quiet } => Some(format!(
                 "the console went silent at {:.0} s for {:.0} s",
                 last_output.as_secs_f64(),
                 quiet.as_secs_f64()
-            )),
-            Outcome::Stalled {
-                last_output,
-                quiet,
-                console_empty: true,
-            } => Some(format!(
-                "the console stayed empty for {:.0} s after the firmware's last line at {:.0} s",
-                quiet.as_secs_f64(),
-                last_output.as_secs_f64()
             )),
             _ => None,
         }
@@ -1293,11 +1277,6 @@ fn run_qemu(
     let mut panic_at: Option<Instant> = None;
     let mut oops_at: Option<Instant> = None;
     let mut last_output: Option<Duration> = None;
-    // When the firmware last wrote: a guest whose console stays empty is
-    // stalled `stall` after the firmware handed over (seen on CI: SeaBIOS
-    // "Booting from 0000:7c00", then nothing for the whole timeout; the
-    // same disk booted in 25 s when booted again).
-    let mut firmware_output: Option<Duration> = None;
     let outcome = loop {
         let exited = guard.try_wait();
         // Read after try_wait: once qemu has exited, everything it wrote is in.
@@ -1306,7 +1285,6 @@ fn run_qemu(
             s.console(&text);
         }
         if let Some(text) = firmware.new_lines() {
-            firmware_output = Some(start.elapsed());
             s.firmware(&text);
         }
         let now = Instant::now();
@@ -1335,12 +1313,11 @@ fn run_qemu(
             if now - seen > OOPS_GRACE {
                 break Outcome::Oops(line.clone());
             }
-        } else if let Some(t) = last_output.or(firmware_output) {
+        } else if let Some(t) = last_output {
             if now - start > t + stall {
                 break Outcome::Stalled {
                     last_output: t,
                     quiet: stall,
-                    console_empty: last_output.is_none(),
                 };
             }
         }
