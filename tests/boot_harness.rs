@@ -483,7 +483,6 @@ fn timeout_is_an_error_and_leaves_no_qemu() {
 #[test]
 fn a_silent_guest_is_booted_once_more_then_an_error() {
     let name = format!("bootimage-harness-stall-{}", std::process::id());
-    let t0 = Instant::now();
     let e = Vm::new(Firmware::Bios)
         .medium(pxe_kernel_without_rootfs("console=ttyS0 rdinit=/bin/sh"))
         .timeout(Duration::from_secs(120))
@@ -492,8 +491,49 @@ fn a_silent_guest_is_booted_once_more_then_an_error() {
         .boot()
         .unwrap_err();
     assert!(e.contains("the console went silent at"), "{e}");
-    assert!(e.contains("the first boot failed too"), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(100), "{e}");
+    // Both boots stopped by the stall check, neither by the timeout
+    // (what the clock says depends on the machine's load).
+    let (second, first) = e
+        .split_once("the first boot failed too")
+        .unwrap_or((&e, ""));
+    assert!(first.contains("the console went silent at"), "{e}");
+    assert!(second.contains("the console went silent at"), "{e}");
+    assert!(!e.contains("timed out after"), "{e}");
+    assert!(no_qemu_named(&name), "qemu {name} still running");
+}
+
+/// A boot loader that says nothing after the firmware hands over (here a
+/// boot sector that loops for ever: SeaBIOS jumps to it, then silence) is
+/// stalled `stall` after the hand-over, not left to the timeout: booted
+/// once more (an emulator fault would pass then), and when the second is
+/// silent too, an error saying both; no qemu left. Seen in a suite run:
+/// a metal disk under SeaBIOS, "Booting from 0000:7c00", then an empty
+/// console for 300 s; the same disk booted in 25 s the next time.
+#[test]
+fn a_boot_loader_silent_after_the_hand_over_is_booted_once_more_then_an_error() {
+    let name = format!("bootimage-harness-silent-loader-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("loop.raw");
+    let mut mbr = vec![0u8; 1 << 20];
+    mbr[0] = 0xEB; // jmp $
+    mbr[1] = 0xFE;
+    mbr[510] = 0x55;
+    mbr[511] = 0xAA;
+    std::fs::write(&disk, &mbr).unwrap();
+    let e = Vm::new(Firmware::Bios)
+        .medium(Media::disk(&disk))
+        .timeout(Duration::from_secs(240))
+        .stall(Duration::from_secs(4))
+        .name(&name)
+        .boot()
+        .unwrap_err();
+    let said = "the console stayed empty for 4 s after the firmware handed over to the boot sector";
+    let (second, first) = e
+        .split_once("the first boot failed too")
+        .unwrap_or((&e, ""));
+    assert!(first.contains(said), "{e}");
+    assert!(second.contains(said), "{e}");
+    assert!(!e.contains("timed out after"), "{e}");
     assert!(no_qemu_named(&name), "qemu {name} still running");
 }
 
@@ -502,7 +542,6 @@ fn kernel_panic_is_an_error_without_waiting_for_the_timeout() {
     // No initramfs: the kernel cannot mount a root and panics (and, with
     // panic=0, would hang forever).
     let a = assets();
-    let t0 = Instant::now();
     let e = boot(
         &[Media::kernel(&a.kernel, &[], "console=ttyS0")],
         Firmware::Bios,
@@ -514,7 +553,7 @@ fn kernel_panic_is_an_error_without_waiting_for_the_timeout() {
     // The image's fault: not booted once more (unlike a timer check that
     // an overloaded emulator fails).
     assert!(!e.contains("the first boot failed too"), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(90), "{e}");
+    assert!(!e.contains("timed out after"), "{e}");
 }
 
 #[test]
@@ -551,7 +590,7 @@ fn nothing_bootable_is_an_error_under_both_firmwares() {
             Firmware::Uefi | Firmware::Aavmf => assert!(e.contains("UEFI shell"), "{e}"),
             Firmware::Slof | Firmware::S390Ccw => unreachable!("not in this loop"),
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "{e}");
+        assert!(!e.contains("timed out after"), "{e}");
     }
 }
 

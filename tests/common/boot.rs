@@ -679,10 +679,12 @@ impl Vm {
                     None => "the console stayed empty".to_string(),
                 }
             ))),
-            o @ (Outcome::Oops(_) | Outcome::Stalled { .. }) => Err(fail(format!(
-                "{} without a BOOTIMAGE-TEST-OS marker",
-                o.emulator_fault().unwrap_or_default()
-            ))),
+            o @ (Outcome::Oops(_) | Outcome::Stalled { .. } | Outcome::SilentLoader { .. }) => {
+                Err(fail(format!(
+                    "{} without a BOOTIMAGE-TEST-OS marker",
+                    o.emulator_fault().unwrap_or_default()
+                )))
+            }
         }
     }
 
@@ -1098,6 +1100,12 @@ enum Outcome {
         last_output: Duration,
         quiet: Duration,
     },
+    /// The console stayed empty for `quiet` after SeaBIOS handed over to
+    /// a boot sector at `handed_over` (from qemu's start).
+    SilentLoader {
+        handed_over: Duration,
+        quiet: Duration,
+    },
 }
 
 impl Outcome {
@@ -1115,6 +1123,11 @@ impl Outcome {
                 "the console went silent at {:.0} s for {:.0} s",
                 last_output.as_secs_f64(),
                 quiet.as_secs_f64()
+            )),
+            Outcome::SilentLoader { handed_over, quiet } => Some(format!(
+                "the console stayed empty for {:.0} s after the firmware handed over to the boot sector at {:.0} s",
+                quiet.as_secs_f64(),
+                handed_over.as_secs_f64()
             )),
             _ => None,
         }
@@ -1140,6 +1153,9 @@ struct Scan {
     panic: Option<String>,
     oops: Option<String>,
     no_boot: Option<String>,
+    /// SeaBIOS jumped to a boot sector (a disk's or a CD's): from here on
+    /// the boot loader writes to the console.
+    handed_over: bool,
 }
 
 /// Kernel lines of an oops (x86, arm64, ppc64, s390x).
@@ -1200,6 +1216,11 @@ impl Scan {
         if text.contains("No bootable device") {
             self.no_boot
                 .get_or_insert_with(|| "SeaBIOS: No bootable device".to_string());
+        }
+        // SeaBIOS's last line before it jumps to a boot sector (`-kernel`
+        // boots go through an option ROM and never print it).
+        if text.contains("Booting from 0000:7c00") {
+            self.handed_over = true;
         }
     }
 }
@@ -1277,6 +1298,7 @@ fn run_qemu(
     let mut panic_at: Option<Instant> = None;
     let mut oops_at: Option<Instant> = None;
     let mut last_output: Option<Duration> = None;
+    let mut handed_over: Option<Duration> = None;
     let outcome = loop {
         let exited = guard.try_wait();
         // Read after try_wait: once qemu has exited, everything it wrote is in.
@@ -1286,6 +1308,9 @@ fn run_qemu(
         }
         if let Some(text) = firmware.new_lines() {
             s.firmware(&text);
+            if s.handed_over {
+                handed_over.get_or_insert(start.elapsed());
+            }
         }
         let now = Instant::now();
         if let Some(reason) = &s.fail {
@@ -1317,6 +1342,13 @@ fn run_qemu(
             if now - start > t + stall {
                 break Outcome::Stalled {
                     last_output: t,
+                    quiet: stall,
+                };
+            }
+        } else if let Some(t) = handed_over {
+            if now - start > t + stall {
+                break Outcome::SilentLoader {
+                    handed_over: t,
                     quiet: stall,
                 };
             }
