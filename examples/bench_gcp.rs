@@ -44,7 +44,7 @@ fn main() -> Result<()> {
     for _ in 0..rounds {
         let out = dir.path().join("ours.tar.gz");
         let (t, cpu) = (Instant::now(), cpu_seconds(libc::RUSAGE_SELF));
-        let s = write_gcp_tar_gz(&view, &out, None, 0, &|_| {})?;
+        let s = write_gcp_tar_gz(&view, &out, 0, 0, &|_| {})?;
         println!(
             "ours: {:.2?} wall, {:.1} s CPU, {} bytes out",
             t.elapsed(),

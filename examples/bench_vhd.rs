@@ -21,7 +21,7 @@ fn main() -> Result<()> {
     let dir = tempfile::tempdir_in(disk.parent().unwrap_or(Path::new(".")))?;
     let view = FileView::open(&disk)?;
     let t = Instant::now();
-    let s = write_vhd(&view, &dir.path().join("ours.vhd"), &|_| {})?;
+    let s = write_vhd(&view, &dir.path().join("ours.vhd"), [0; 16], 0, &|_| {})?;
     let ours = t.elapsed();
     let t = Instant::now();
     let st = Command::new("qemu-img")

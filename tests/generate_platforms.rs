@@ -38,6 +38,24 @@ struct Built {
     log: String,
 }
 
+/// The one `generate` command of this target: `all` and [`COSA_ONLY`]
+/// into `out`, the raw disks kept in `raw`.
+fn args(out: &Path, raw: &Path) -> Vec<String> {
+    ["generate", &oci("release"), "all"]
+        .into_iter()
+        .chain(COSA_ONLY.iter().copied())
+        .chain([
+            "-o",
+            out.to_str().unwrap(),
+            "--base-url",
+            "http://mirror.example/os",
+            "--debug-raw-dir",
+            raw.to_str().unwrap(),
+        ])
+        .map(str::to_string)
+        .collect()
+}
+
 fn built() -> &'static Built {
     static B: OnceLock<Built> = OnceLock::new();
     B.get_or_init(|| {
@@ -46,17 +64,9 @@ fn built() -> &'static Built {
         let (out, raw) = (root.join("out"), root.join("raw"));
         let o = run(
             &root.join("cache"),
-            &["generate", &oci("release"), "all"]
-                .into_iter()
-                .chain(COSA_ONLY.iter().copied())
-                .chain([
-                    "-o",
-                    out.to_str().unwrap(),
-                    "--base-url",
-                    "http://mirror.example/os",
-                    "--debug-raw-dir",
-                    raw.to_str().unwrap(),
-                ])
+            &args(&out, &raw)
+                .iter()
+                .map(|s| s.as_str())
                 .collect::<Vec<_>>(),
         );
         assert!(o.status.success(), "generate all failed:\n{}", stderr(&o));
@@ -777,4 +787,205 @@ fn boot_nutanix_compressed_qcow2_bios() {
 #[cfg_attr(not(feature = "boot"), ignore = "boot tier: needs --features boot")]
 fn boot_hyperv_vhdx_uefi() {
     boots("hyperv", Firmware::Uefi);
+}
+
+/// A JSON value with every `sha256`, `size`, `uncompressed-sha256` and
+/// `uncompressed-size` member (anywhere) set to null.
+fn without_digests(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if ["sha256", "size", "uncompressed-sha256", "uncompressed-size"]
+                        .contains(&k.as_str())
+                    {
+                        *x = Value::Null;
+                    } else {
+                        strip(x);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+/// (name, first byte, length) of each GPT partition of `disk`, in order.
+fn partitions(disk: &Path) -> Vec<(String, u64, u64)> {
+    // sfdisk reads a file with 512-byte sectors, where a 4Kn disk shows
+    // its protective MBR only: such a disk is read through a loop device
+    // with 4096-byte sectors.
+    let table = |dev: &Path| -> Value {
+        serde_json::from_str(&must(Command::new("sfdisk").arg("-J").arg(dev))).unwrap()
+    };
+    let mut j = table(disk);
+    if j["partitiontable"]["label"] != "gpt" {
+        let l = Loop::new(disk, 0, None, 4096);
+        j = table(Path::new(&l.0));
+    }
+    let t = &j["partitiontable"];
+    assert_eq!(t["label"], "gpt", "{}: no GPT", disk.display());
+    let sector = t["sectorsize"].as_u64().unwrap_or(512);
+    t["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or("").to_string(),
+                p["start"].as_u64().unwrap() * sector,
+                p["size"].as_u64().unwrap() * sector,
+            )
+        })
+        .collect()
+}
+
+fn same_range(a: &Path, b: &Path, start: u64, len: u64) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let (mut fa, mut fb) = (
+        std::fs::File::open(a).unwrap(),
+        std::fs::File::open(b).unwrap(),
+    );
+    fa.seek(SeekFrom::Start(start)).unwrap();
+    fb.seek(SeekFrom::Start(start)).unwrap();
+    let (mut x, mut y) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(x.len() as u64) as usize;
+        fa.read_exact(&mut x[..n]).unwrap();
+        fb.read_exact(&mut y[..n]).unwrap();
+        if x[..n] != y[..n] {
+            return false;
+        }
+        left -= n as u64;
+    }
+    true
+}
+
+/// The same command run again on another day, as it were: another cache,
+/// output path and TMPDIR, another time zone, one CPU (`taskset -c 0`),
+/// a later clock. What the tool writes itself comes out byte for byte the
+/// same: the ostree archive, the live kernel, the release's verification
+/// record, every disk's GPT, ESP and BIOS boot partition, and meta.json and
+/// stream.json but for the digests of files that hold the boot and root
+/// filesystems. Those two filesystems are still made by mounting and
+/// writing (the ostree deploy), not yet from a directory in one pass
+/// (docs/contract.md §9): they, and every file that carries them, are
+/// listed, not asserted.
+#[test]
+fn a_second_run_elsewhere_writes_the_same_bytes_but_the_deployed_filesystems() {
+    let b = built();
+    let root = scratch("generate-platforms-again");
+    let _ = std::fs::remove_dir_all(&root);
+    let (out, raw, tmp) = (
+        root.join("elsewhere/out"),
+        root.join("raw"),
+        root.join("tmp"),
+    );
+    std::fs::create_dir_all(&tmp).unwrap();
+    let a = args(&out, &raw);
+    let exe = env!("CARGO_BIN_EXE_bootimage-gen");
+    let o = Command::new("taskset")
+        .args(["-c", "0", exe])
+        .args(&a[..])
+        .arg("--cache-dir")
+        .arg(root.join("cache-two"))
+        .env("TZ", "Pacific/Kiritimati")
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "second generate failed:\n{}",
+        stderr(&o)
+    );
+
+    let names = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&b.out),
+        names(&out),
+        "the two runs wrote different files"
+    );
+    let meta2: Value = serde_json::from_slice(&read(&out.join("meta.json"))).unwrap();
+    // Files that hold no deployed filesystem: identical.
+    let mut must_match = vec!["release-verification.json".to_string()];
+    for key in ["ostree", "live-kernel"] {
+        let f = image_file(&b.meta, &b.out, key);
+        must_match.push(f.file_name().unwrap().to_string_lossy().to_string());
+    }
+    let mut same = Vec::new();
+    let mut differ = Vec::new();
+    for f in names(&b.out) {
+        if read(&b.out.join(&f)) == read(&out.join(&f)) {
+            same.push(f);
+        } else {
+            differ.push(f);
+        }
+    }
+    eprintln!("identical: {same:?}\ndiffer (they carry the deployed filesystems): {differ:?}");
+    for f in &must_match {
+        assert!(same.contains(f), "{f} differs between the two runs");
+    }
+    // meta.json and stream.json: every field but the digests and sizes of
+    // the files that carry the filesystems (the build time is the OS's).
+    assert_eq!(
+        without_digests(b.meta.clone()),
+        without_digests(meta2.clone())
+    );
+    assert_eq!(
+        b.meta["coreos-assembler.build-timestamp"],
+        b.meta["ostree-timestamp"]
+    );
+    let x: Value = serde_json::from_slice(&read(&b.out.join("stream.json"))).unwrap();
+    let y: Value = serde_json::from_slice(&read(&out.join("stream.json"))).unwrap();
+    assert_eq!(without_digests(x), without_digests(y), "stream.json");
+    // Every raw disk: the GPT (both copies) and every partition but the
+    // deployed boot and root filesystems, byte for byte.
+    let disks = names(&b.raw);
+    assert!(
+        !disks.is_empty(),
+        "no raw disks kept in {}",
+        b.raw.display()
+    );
+    assert_eq!(disks, names(&raw));
+    let mut deployed = std::collections::BTreeSet::new();
+    for d in &disks {
+        let (x, y) = (b.raw.join(d), raw.join(d));
+        let len = std::fs::metadata(&x).unwrap().len();
+        assert_eq!(len, std::fs::metadata(&y).unwrap().len(), "{d}");
+        let parts = partitions(&x);
+        assert_eq!(parts, partitions(&y), "{d}: partition tables");
+        let first = parts.iter().map(|p| p.1).min().unwrap();
+        let last = parts.iter().map(|p| p.1 + p.2).max().unwrap();
+        assert!(
+            same_range(&x, &y, 0, first),
+            "{d}: the protective MBR and the GPT differ"
+        );
+        assert!(
+            same_range(&x, &y, last, len - last),
+            "{d}: the backup GPT differs"
+        );
+        for (name, start, size) in &parts {
+            if same_range(&x, &y, *start, *size) {
+                continue;
+            }
+            assert!(
+                ["boot", "root"].contains(&name.as_str()),
+                "{d}: partition {name} differs between the two runs"
+            );
+            deployed.insert(name.clone());
+        }
+    }
+    eprintln!("deployed filesystems that still differ: {deployed:?}");
+    let _ = std::fs::remove_dir_all(&root);
 }

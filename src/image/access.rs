@@ -147,13 +147,14 @@ impl FetchOptions {
     /// OCI archive at `dst`, with these credentials and TLS settings and
     /// skopeo's temporary files under `scratch`.
     /// `arch` (CoreOS name): the entry to copy when `src` is a manifest
-    /// list (skopeo would pick this host's).
+    /// list (skopeo would pick this host's). Every member dated `mtime`.
     pub fn copy_to_oci_archive(
         &self,
         src: &str,
         dst: &Path,
         scratch: &Path,
         arch: Option<&str>,
+        mtime: u64,
     ) -> Result<()> {
         let mut c = crate::util::cmd::new("skopeo", ["--tmpdir"]);
         c.arg(scratch);
@@ -173,9 +174,16 @@ impl FetchOptions {
         if self.insecure {
             c.arg("--src-tls-verify=false");
         }
-        c.arg(src).arg(format!("oci-archive:{}", dst.display()));
-        crate::util::cmd::run(&mut c)
-            .with_context(|| format!("copying {src} to an OCI archive"))?;
+        // skopeo's own oci-archive dates its members now; the layout it
+        // writes is tarred here the same way every time (docs/contract.md §9).
+        let layout = scratch.join("oci-layout");
+        let _ = std::fs::remove_dir_all(&layout);
+        c.arg(src).arg(format!("oci:{}", layout.display()));
+        crate::util::cmd::run(&mut c).with_context(|| format!("copying {src} to an OCI layout"))?;
+        bootimage_core::formats::oci::write_layout_archive(&layout, dst, mtime)
+            .with_context(|| format!("writing {}", dst.display()))?;
+        std::fs::remove_dir_all(&layout)
+            .with_context(|| format!("removing {}", layout.display()))?;
         Ok(())
     }
 

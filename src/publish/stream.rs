@@ -23,7 +23,7 @@
 //! `4k.raw.gz` (metal4k lives under `metal`), `iso`, and `pxe` holding
 //! `kernel`, `initramfs` and `rootfs`.
 use crate::io::compress::Compressor;
-use crate::publish::meta::{rfc3339_utc, ImageEntry, Meta};
+use crate::publish::meta::{ImageEntry, Meta};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -234,7 +234,7 @@ pub fn from_meta(
         .coreos_assembler
         .build_timestamp
         .clone()
-        .unwrap_or_else(|| rfc3339_utc(chrono::Utc::now().timestamp()));
+        .unwrap_or_else(|| meta.ostree_timestamp.clone());
     Stream {
         stream: stream_name.to_string(),
         metadata: Metadata {

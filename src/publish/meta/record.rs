@@ -11,7 +11,6 @@ use anyhow::{bail, Context, Result};
 use super::checks::{check_file_name, is_cosa_timestamp, is_sha256_hex};
 use super::schema::{Ami, CosaInfo, Git, ImageEntry, Meta, OutputDirConflict, IMAGE_KEY_OSTREE};
 use super::sums::sha256_file;
-use crate::util::rfc3339_utc;
 
 impl ImageEntry {
     /// An entry for an existing file: its name, SHA-256 and size.
@@ -54,7 +53,9 @@ impl Meta {
             ostree_content_checksum: None,
             coreos_assembler: CosaInfo {
                 basearch: basearch.to_string(),
-                build_timestamp: Some(rfc3339_utc(chrono::Utc::now().timestamp())),
+                // The OS's time, not the run's (docs/contract.md §9): the
+                // same release gives the same meta.json on any machine.
+                build_timestamp: Some(ostree_timestamp.to_string()),
                 oci_imported: Some(true),
                 container_image_git: Some(Git::this_tool()),
                 container_config_git: None,

@@ -130,18 +130,17 @@ pub struct GcpStats {
 
 /// Write `view` as a GCP image tarball at `out` (created or truncated,
 /// fsynced; no temporary name: the caller renames). The member's mtime is
-/// `mtime`, Unix seconds (`None`: now); given, it makes the output
-/// reproducible, depending only on the disk's content and `mtime`.
+/// `mtime`, Unix seconds: the output depends only on the disk's content
+/// and `mtime`.
 /// `threads` gzip workers (0: one per CPU). `progress` gets the disk bytes
 /// done so far, out of `view.len()`.
 pub fn write_gcp_tar_gz(
     view: &dyn DiskView,
     out: &Path,
-    mtime: Option<u64>,
+    mtime: u64,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<GcpStats> {
-    let mtime = mtime.unwrap_or_else(|| chrono::Utc::now().timestamp().max(0) as u64);
     let ctx = || format!("writing GCP tarball {}", out.display());
     let map = sparse_map(view).with_context(ctx)?;
     let tar = TarView::new(view, map, mtime).with_context(ctx)?;
@@ -629,7 +628,7 @@ with tarfile.open(sys.argv[1], "r:gz") as tf:
 
     fn write(view: &dyn DiskView, out: &Path, threads: usize) -> GcpStats {
         let last = AtomicU64::new(0);
-        let s = write_gcp_tar_gz(view, out, Some(MTIME), threads, &|n| {
+        let s = write_gcp_tar_gz(view, out, MTIME, threads, &|n| {
             assert!(n >= last.load(Ordering::Relaxed), "progress went back");
             assert!(n <= view.len());
             last.store(n, Ordering::Relaxed);
@@ -833,7 +832,7 @@ with tarfile.open(sys.argv[1], "r:gz") as tf:
         let fx = fixture(dir.path(), 8 * MIB);
         let view = FileView::open(&fx.base).unwrap();
         let out = dir.path().join("no/such/x.tar.gz");
-        let err = write_gcp_tar_gz(&view, &out, None, 2, &|_| {}).unwrap_err();
+        let err = write_gcp_tar_gz(&view, &out, MTIME, 2, &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("no/such/x.tar.gz"), "{err:#}");
     }
 

@@ -125,6 +125,19 @@ pub struct EncodeCtx<'a> {
     pub vmware: VmwareSettings,
 }
 
+impl EncodeCtx<'_> {
+    /// The VHD footer's unique id: derived from what the disk is (OS,
+    /// version, platform, arch), the same for every build of it.
+    fn vhd_id(&self) -> [u8; 16] {
+        crate::util::derived_uuid(&["vhd", self.name, self.version, self.platform, self.arch])
+    }
+
+    /// The VHD footer's time stamp: the OS's ([`EncodeCtx::mtime`]).
+    fn vhd_time(&self) -> u32 {
+        vhd::vhd_timestamp(self.mtime.min(i64::MAX as u64) as i64)
+    }
+}
+
 /// The one entry point of the encoders: write `view` as `format` to `out`
 /// (uncompressed). Returns the bytes of the output that other platforms'
 /// outputs share, if the format places them at fixed offsets (qcow2).
@@ -160,7 +173,7 @@ pub fn encode(
             vmdk::write_vmdk(view, out, &opts, prog)?;
         }
         Format::Vhd => {
-            vhd::write_vhd(view, out, prog)?;
+            vhd::write_vhd(view, out, c.vhd_id(), c.vhd_time(), prog)?;
         }
         Format::Vhdx => {
             vhdx::write_vhdx(view, out, prog)?;
@@ -177,12 +190,13 @@ pub fn encode(
                 ),
                 OvfTemplate::Virtualbox => ova::OvaParams::virtualbox(vm_name, c.version),
             };
+            p.mtime = c.mtime;
             p.vmdk.threads = c.threads;
             p.vmdk.cache = c.chunks;
             ova::write_ova(view, out, &p, prog)?;
         }
         Format::GcpTar => {
-            gcp::write_gcp_tar_gz(view, out, None, c.threads, prog)?;
+            gcp::write_gcp_tar_gz(view, out, c.mtime, c.threads, prog)?;
         }
         Format::PowerVsOva => {
             let image = format!("{}-{}", c.name, c.version);
@@ -257,7 +271,10 @@ pub fn write(
     };
     Ok(match format {
         Format::Raw => Produced::Stream(stream(view, prog)?),
-        Format::Vhd if compressed => Produced::Stream(stream(&vhd::VhdView::new(view)?, prog)?),
+        Format::Vhd if compressed => Produced::Stream(stream(
+            &vhd::VhdView::new(view, c.vhd_id(), c.vhd_time())?,
+            prog,
+        )?),
         _ if compressed => {
             let enc = c.work.join(format!("{}.encoded", c.platform));
             let shared = encode(format, view, &enc, c, prog)?;
@@ -283,4 +300,93 @@ pub fn write(
             Produced::Encoded
         }
     })
+}
+
+#[cfg(test)]
+mod reproducible_tests {
+    use super::*;
+    use crate::io::view::FileView;
+
+    /// Every format we write ourselves, from one disk, written twice a
+    /// second apart (another clock) and with another thread count: the
+    /// same bytes. Another OS time changes them (the
+    /// time is read from the context, not the clock).
+    #[test]
+    fn every_format_depends_on_the_disk_and_the_os_time_only() {
+        let d = tempfile::tempdir().unwrap();
+        let raw = d.path().join("disk.raw");
+        let mut data = vec![0u8; 8 << 20];
+        for (i, b) in data.iter_mut().enumerate().step_by(4093) {
+            *b = (i % 251) as u8;
+        }
+        std::fs::write(&raw, &data).unwrap();
+        let view = FileView::open(&raw).unwrap();
+        let formats = [
+            (Format::Qcow2 { compressed: false }, Compressor::None),
+            (Format::Qcow2 { compressed: true }, Compressor::None),
+            (Format::Vmdk, Compressor::Gzip),
+            (
+                Format::Ova {
+                    template: OvfTemplate::Vmware,
+                },
+                Compressor::None,
+            ),
+            (
+                Format::Ova {
+                    template: OvfTemplate::Virtualbox,
+                },
+                Compressor::None,
+            ),
+            (Format::Vhd, Compressor::None),
+            (Format::Vhd, Compressor::Gzip),
+            (Format::Vhdx, Compressor::None),
+            (Format::GcpTar, Compressor::None),
+            (Format::PowerVsOva, Compressor::None),
+            (Format::OciArchive, Compressor::None),
+        ];
+        let write_all = |tag: &str, mtime: u64, threads: usize| -> Vec<Vec<u8>> {
+            formats
+                .iter()
+                .enumerate()
+                .map(|(i, (f, kind))| {
+                    let work = d.path().join(format!("work-{tag}-{i}"));
+                    std::fs::create_dir_all(&work).unwrap();
+                    let c = EncodeCtx {
+                        name: "testos",
+                        version: "1.2",
+                        summary: "Test OS",
+                        file: "testos-1.2-x.x86_64.img",
+                        platform: "x",
+                        arch: "x86_64",
+                        oci_arch: "amd64",
+                        mtime,
+                        align: 0,
+                        threads,
+                        chunks: None,
+                        work: &work,
+                        vmware: VmwareSettings {
+                            os_type: "rhel9_64Guest".into(),
+                            hw_version: 17,
+                            secure_boot: false,
+                        },
+                    };
+                    let out = d.path().join(format!("{tag}-{i}"));
+                    write(*f, &view, &out, &c, *kind, 6, &|_| {})
+                        .unwrap_or_else(|e| panic!("{f:?}: {e:#}"));
+                    std::fs::read(&out).unwrap()
+                })
+                .collect()
+        };
+        let a = write_all("a", 1_700_000_000, 1);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let b = write_all("b", 1_700_000_000, 4);
+        let c = write_all("c", 1_800_000_000, 2);
+        for (i, (f, kind)) in formats.iter().enumerate() {
+            assert!(a[i] == b[i], "{f:?} ({kind:?}): two writes differ");
+            // Formats that date their members or footer: the OS time shows.
+            if !matches!(f, Format::Qcow2 { .. } | Format::Vmdk | Format::Vhdx) {
+                assert!(a[i] != c[i], "{f:?} ({kind:?}): the OS time is not in it");
+            }
+        }
+    }
 }

@@ -20,7 +20,7 @@
 use crate::io::compress::{compress_view, CompressOpts, Compressor};
 use crate::io::view::{Composite, FileView, Patch};
 use crate::util::sha256_hex;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
@@ -177,6 +177,62 @@ fn write(disk: &Path, out: &Path, work: &Path, d: &OciDisk, threads: usize) -> R
     })
 }
 
+/// An OCI image layout directory `dir` (blobs, `index.json`,
+/// `oci-layout`) as an OCI archive at `out`, written as reproducibly as
+/// [`write_containerdisk`] writes its own: members sorted by path, owner
+/// 0:0, modes 0755 and 0644, every time `mtime`. Only directories and
+/// regular files are taken; anything else is refused, naming it.
+pub fn write_layout_archive(dir: &Path, out: &Path, mtime: u64) -> Result<()> {
+    fn walk(root: &Path, rel: &Path, into: &mut Vec<(std::path::PathBuf, bool)>) -> Result<()> {
+        let here = root.join(rel);
+        let mut names = std::fs::read_dir(&here)
+            .with_context(|| format!("reading {}", here.display()))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        // Byte order of the names, not the directory's order.
+        names.sort();
+        for n in names {
+            let r = rel.join(&n);
+            let t = std::fs::symlink_metadata(root.join(&r))?.file_type();
+            if t.is_dir() {
+                into.push((r.clone(), true));
+                walk(root, &r, into)?;
+            } else if t.is_file() {
+                into.push((r, false));
+            } else {
+                bail!(
+                    "{}: neither a file nor a directory; an OCI layout holds only those",
+                    root.join(&r).display()
+                );
+            }
+        }
+        Ok(())
+    }
+    let mut members = Vec::new();
+    walk(dir, Path::new(""), &mut members)?;
+    let file = crate::io::create_sized(out, 0)?;
+    let mut t = tar::Builder::new(BufWriter::with_capacity(1 << 20, &file));
+    t.mode(tar::HeaderMode::Deterministic);
+    for (rel, is_dir) in members {
+        let name = rel
+            .to_str()
+            .with_context(|| format!("{}: not UTF-8", rel.display()))?;
+        if is_dir {
+            let mut h = header(mtime, 0o755, tar::EntryType::Directory, 0);
+            t.append_data(&mut h, format!("{name}/"), std::io::empty())?;
+        } else {
+            let f = File::open(dir.join(&rel))?;
+            let len = f.metadata()?.len();
+            let mut h = header(mtime, 0o644, tar::EntryType::Regular, len);
+            t.append_data(&mut h, name, CancelRead(f))?;
+        }
+    }
+    t.into_inner()?.flush()?;
+    file.sync_all()
+        .with_context(|| format!("syncing {}", out.display()))?;
+    Ok(())
+}
+
 /// The layer tar up to the disk's data: the `disk/` member and the
 /// header of `disk/<disk_name>` (`len` bytes), as `tar::Builder` writes them.
 fn layer_head(d: &OciDisk, len: u64) -> Result<Vec<u8>> {
@@ -275,5 +331,80 @@ mod tests {
             .map(|e| e.unwrap().path().unwrap().to_string_lossy().to_string())
             .collect();
         assert_eq!(names, ["disk/", "disk/testos-1-kubevirt.x86_64.qcow2"]);
+    }
+
+    /// A layout directory gives the same archive whatever order its
+    /// files were made in and whenever: sorted members, owner 0, the
+    /// given time; a socket in it is refused, named.
+    #[test]
+    fn a_layout_archive_depends_on_content_and_mtime_only() {
+        let d = tempfile::tempdir().unwrap();
+        let make = |name: &str, order: &[&str]| {
+            let dir = d.path().join(name);
+            std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+            for f in order {
+                std::fs::write(dir.join(f), f.as_bytes()).unwrap();
+            }
+            dir
+        };
+        let files = [
+            "blobs/sha256/bb",
+            "blobs/sha256/aa",
+            "index.json",
+            "oci-layout",
+        ];
+        let a = make("a", &files);
+        let mut rev = files;
+        rev.reverse();
+        let b = make("b", &rev);
+        let (oa, ob, oc) = (
+            d.path().join("a.tar"),
+            d.path().join("b.tar"),
+            d.path().join("c.tar"),
+        );
+        write_layout_archive(&a, &oa, 1_700_000_000).unwrap();
+        // Other file times: not in the archive.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(b.join("index.json"), b"index.json").unwrap();
+        write_layout_archive(&b, &ob, 1_700_000_000).unwrap();
+        write_layout_archive(&a, &oc, 1_700_000_001).unwrap();
+        assert_eq!(std::fs::read(&oa).unwrap(), std::fs::read(&ob).unwrap());
+        assert_ne!(std::fs::read(&oa).unwrap(), std::fs::read(&oc).unwrap());
+        let mut ar = tar::Archive::new(File::open(&oa).unwrap());
+        let names: Vec<(String, u64, u64)> = ar
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let h = e.header();
+                (
+                    e.path().unwrap().to_string_lossy().to_string(),
+                    h.mtime().unwrap(),
+                    h.uid().unwrap(),
+                )
+            })
+            .collect();
+        let paths: Vec<&str> = names.iter().map(|n| n.0.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "blobs/",
+                "blobs/sha256/",
+                "blobs/sha256/aa",
+                "blobs/sha256/bb",
+                "index.json",
+                "oci-layout"
+            ]
+        );
+        assert!(
+            names.iter().all(|n| n.1 == 1_700_000_000 && n.2 == 0),
+            "{names:?}"
+        );
+        let _sock = std::os::unix::net::UnixListener::bind(a.join("blobs/s")).unwrap();
+        let e = write_layout_archive(&a, &oc, 0).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("blobs/s: neither a file nor a directory"),
+            "{e:#}"
+        );
     }
 }

@@ -94,22 +94,12 @@ pub struct VhdStats {
 
 /// Write `view` as a fixed VHD at `out` (created or truncated, fsynced; no
 /// temporary name: the caller renames). The disk is zero-extended to a
-/// whole MiB; holes stay holes. The footer gets a random unique id and the
-/// current time. `progress` gets the bytes done so far, out of
-/// `file_size`.
+/// whole MiB; holes stay holes. The footer gets the unique id `uuid` and
+/// the time stamp `timestamp` (seconds since 2000-01-01 UTC,
+/// [`vhd_timestamp`]): given by the caller, derived from the inputs, so
+/// the same disk gives the same bytes. `progress` gets the bytes done so
+/// far, out of `file_size`.
 pub fn write_vhd(
-    view: &dyn DiskView,
-    out: &Path,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<VhdStats> {
-    let now = chrono::Utc::now().timestamp();
-    let uuid = *uuid::Uuid::new_v4().as_bytes();
-    write_vhd_with(view, out, uuid, vhd_timestamp(now), progress)
-}
-
-/// [`write_vhd`] with a given unique id and footer time stamp (seconds
-/// since 2000-01-01 UTC), for reproducible output.
-pub fn write_vhd_with(
     view: &dyn DiskView,
     out: &Path,
     uuid: [u8; 16],
@@ -139,19 +129,18 @@ pub fn write_vhd_with(
 }
 
 impl<'a> VhdView<'a> {
-    /// The fixed VHD of `view` (random unique id, footer time now).
-    pub fn new(view: &'a dyn DiskView) -> Result<Self> {
+    /// The fixed VHD of `view`, its footer's unique id `uuid` and time
+    /// stamp `timestamp` ([`write_vhd`]).
+    pub fn new(view: &'a dyn DiskView, uuid: [u8; 16], timestamp: u32) -> Result<Self> {
         let virtual_size = view
             .len()
             .checked_next_multiple_of(SIZE_ALIGN)
             .context("disk size overflows")?;
         ensure!(virtual_size > 0, "cannot write an empty disk as a VHD");
-        let uuid = *uuid::Uuid::new_v4().as_bytes();
-        let ts = vhd_timestamp(chrono::Utc::now().timestamp());
         Ok(VhdView {
             disk: view,
             virtual_size,
-            footer: footer(virtual_size, uuid, ts),
+            footer: footer(virtual_size, uuid, timestamp),
         })
     }
 }
@@ -418,7 +407,7 @@ mod tests {
     fn check_vhd(view: &dyn DiskView, dir: &Path, name: &str) -> VhdStats {
         let out = dir.join(format!("{name}.vhd"));
         let last = AtomicU64::new(0);
-        let stats = write_vhd_with(view, &out, UUID, 777, &|n| {
+        let stats = write_vhd(view, &out, UUID, 777, &|n| {
             assert!(n >= last.load(Ordering::Relaxed), "progress went back");
             last.store(n, Ordering::Relaxed);
         })
@@ -539,19 +528,25 @@ mod tests {
         let p = dir.path().join("empty");
         std::fs::File::create(&p).unwrap();
         let view = FileView::open(&p).unwrap();
-        let err = write_vhd(&view, &dir.path().join("e.vhd"), &|_| {}).unwrap_err();
+        let err = write_vhd(&view, &dir.path().join("e.vhd"), UUID, 0, &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("empty"), "{err:#}");
     }
 
     #[test]
-    fn random_ids_and_errors_name_the_output() {
+    fn same_inputs_same_bytes_and_errors_name_the_output() {
         let dir = tempfile::tempdir().unwrap();
         let fx = fixture(dir.path(), 8 * MIB);
         let view = FileView::open(&fx.base).unwrap();
-        let a = write_vhd(&view, &dir.path().join("a.vhd"), &|_| {}).unwrap();
-        let b = write_vhd(&view, &dir.path().join("b.vhd"), &|_| {}).unwrap();
-        assert_ne!(a.uuid, b.uuid);
-        let err = write_vhd(&view, &dir.path().join("no/such/x.vhd"), &|_| {}).unwrap_err();
+        let a = write_vhd(&view, &dir.path().join("a.vhd"), UUID, 9, &|_| {}).unwrap();
+        let b = write_vhd(&view, &dir.path().join("b.vhd"), UUID, 9, &|_| {}).unwrap();
+        assert_eq!(a.sha256, b.sha256);
+        // The id and the time are in the footer: another of either, other bytes.
+        let c = write_vhd(&view, &dir.path().join("c.vhd"), [7; 16], 9, &|_| {}).unwrap();
+        let d = write_vhd(&view, &dir.path().join("d.vhd"), UUID, 10, &|_| {}).unwrap();
+        assert_ne!(a.sha256, c.sha256);
+        assert_ne!(a.sha256, d.sha256);
+        let err =
+            write_vhd(&view, &dir.path().join("no/such/x.vhd"), UUID, 9, &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("no/such/x.vhd"), "{err:#}");
     }
 }

@@ -51,7 +51,8 @@ pub struct OvaParams<'a> {
 
 impl OvaParams<'_> {
     /// cosa's defaults: 2 vCPU, 4096 MiB, a manifest, lsilogic/compat6
-    /// disk, members dated now.
+    /// disk, members dated the epoch (the caller sets [`OvaParams::mtime`]
+    /// to the OS's time: never the clock, so the bytes are reproducible).
     pub fn new(
         vm_name: impl Into<String>,
         os_type: impl Into<String>,
@@ -59,9 +60,6 @@ impl OvaParams<'_> {
         secure_boot: bool,
         product_version: impl Into<String>,
     ) -> Self {
-        let mtime = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         OvaParams {
             vm_name: vm_name.into(),
             os_type: os_type.into(),
@@ -72,7 +70,7 @@ impl OvaParams<'_> {
             vendor: None,
             cpus: 2,
             memory_mib: 4096,
-            mtime,
+            mtime: 0,
             manifest: true,
             vmdk: VmdkOptions::default(),
             template: OvfTemplate::Vmware,
