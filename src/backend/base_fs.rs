@@ -7,14 +7,14 @@ use super::job::*;
 use crate::disk::selinux::Labeller;
 use crate::disk::{
     gpt,
-    layout::{Layout, DISK_GUID},
-    mkfs,
+    layout::{Layout, Placed, DISK_GUID},
+    mkfs, stage,
 };
 use crate::sys::loopback::{LoopDevice, Mounted};
 use crate::util::{cancel, cmd};
 use anyhow::{ensure, Context, Result};
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 impl DiskJob {
     /// The base disk file at `path`, its size the plan's, with its GPT.
@@ -54,11 +54,12 @@ impl DiskJob {
         let root_p = layout.part("root").clone();
         let boot_p = layout.part("boot").clone();
         let kernel = &self.kernel_version;
-        let root_dev = LoopDevice::attach(path, root_p.start, root_p.size, 512)?;
+        let (root_at, boot_at) = self.stage_backing(path, &root_p, &boot_p)?;
+        let root_dev = LoopDevice::attach(&root_at.0, root_at.1, root_p.size, 512)?;
         cancel::pause_point("mkfs")?;
         cmd::run(&mut mkfs::command(&root_p.spec, root_dev.path(), kernel)?)
             .context("making the root filesystem")?;
-        let boot_dev = LoopDevice::attach(path, boot_p.start, boot_p.size, 512)?;
+        let boot_dev = LoopDevice::attach(&boot_at.0, boot_at.1, boot_p.size, 512)?;
         cmd::run(&mut mkfs::command(&boot_p.spec, boot_dev.path(), kernel)?)
             .context("making the boot filesystem")?;
         let mnt = self.work.join("mnt");
@@ -71,4 +72,135 @@ impl DiskJob {
         let boot_m = Mounted::new(boot_dev, &mnt.join("boot"), "ext4", "rw")?;
         Ok((root_m, boot_m, labelled))
     }
+
+    /// Where the OS is laid down (file, offset): with [`mkfs::Tools`], two
+    /// stage files of the partitions' sizes in the work directory, the
+    /// base disk's filesystems made from them afterwards
+    /// ([`Self::final_filesystems`]); without, the base disk's own
+    /// partitions, written by the kernel as the deploy runs.
+    fn stage_backing(
+        &self,
+        disk: &Path,
+        root_p: &Placed,
+        boot_p: &Placed,
+    ) -> Result<((PathBuf, u64), (PathBuf, u64))> {
+        if self.mkfs.is_none() {
+            return Ok((
+                (disk.to_path_buf(), root_p.start),
+                (disk.to_path_buf(), boot_p.start),
+            ));
+        }
+        let root = self.work.join(STAGE_ROOT);
+        let boot = self.stage_boot();
+        drop(crate::io::create_sized(&root, root_p.size)?);
+        drop(crate::io::create_sized(&boot, boot_p.size)?);
+        Ok(((root, 0), (boot, 0)))
+    }
+
+    /// The staged boot filesystem each platform's boot filesystem starts
+    /// from (with [`mkfs::Tools`]), else the base disk's boot partition:
+    /// (file, offset).
+    pub(super) fn boot_source(&self, disk: &Path, layout: &Layout) -> (PathBuf, u64) {
+        match &self.mkfs {
+            Some(_) => (self.stage_boot(), 0),
+            None => (disk.to_path_buf(), layout.part("boot").start),
+        }
+    }
+
+    fn stage_boot(&self) -> PathBuf {
+        self.work.join(STAGE_BOOT)
+    }
+
+    /// The base disk's boot and root filesystems made from the finished
+    /// stage (the mounts `root` and `boot`, closed here), in one pass each
+    /// by the job's [`mkfs::Tools`] (docs/contract.md §9); without them the
+    /// stage is the base disk itself, and the mounts are only closed.
+    /// Returns what wrote them, for the console.
+    pub(super) fn final_filesystems(
+        &self,
+        disk: &Path,
+        layout: &Layout,
+        root: Mounted,
+        boot: Mounted,
+    ) -> Result<String> {
+        let Some(t) = &self.mkfs else {
+            boot.close()?;
+            root.close()?;
+            return Ok("root and boot written by this machine's kernel through loop mounts (not reproducible: no mkfs that makes them from a tree)".into());
+        };
+        let boot_p = layout.part("boot");
+        self.ext4_from(t, boot.path(), disk, boot_p)
+            .context("making the boot filesystem from the staged /boot")?;
+        boot.close()?;
+        let sorted = stage::sorted_links(root.path(), SORTED, self.os_time)?;
+        let root_p = layout.part("root");
+        let dev = LoopDevice::attach(disk, root_p.start, root_p.size, 512)?;
+        cancel::pause_point("mkfs-from-stage")?;
+        cmd::run(&mut mkfs::xfs_from_dir(
+            t,
+            &root_p.spec,
+            dev.path(),
+            &sorted.dir,
+            &self.kernel_version,
+            self.os_time,
+        )?)
+        .context("making the root filesystem from the staged tree")?;
+        if !sorted.immutable.is_empty() {
+            cmd::run(&mut mkfs::xfs_set_immutable(
+                t,
+                dev.path(),
+                &sorted.immutable,
+            )?)
+            .context("setting the immutable flag on the root filesystem")?;
+        }
+        dev.close()?;
+        root.close()?;
+        std::fs::remove_file(self.work.join(STAGE_ROOT))
+            .with_context(|| format!("removing {}", self.work.join(STAGE_ROOT).display()))?;
+        Ok(format!(
+            "root and boot made from the staged tree by {} ({}): {} entries, {} times clamped to the OS's, immutable: {}",
+            t.versions,
+            t.source,
+            sorted.entries,
+            sorted.clamped,
+            match sorted.immutable.is_empty() {
+                true => "none".to_string(),
+                false => sorted
+                    .immutable
+                    .iter()
+                    .map(|p| format!("/{}", p.display()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+        ))
+    }
+
+    /// `mke2fs -d tree` onto the region `p` of `disk` (or a whole file).
+    pub(super) fn ext4_from(
+        &self,
+        t: &mkfs::Tools,
+        tree: &Path,
+        disk: &Path,
+        p: &Placed,
+    ) -> Result<()> {
+        let conf = self.work.join("mke2fs.conf");
+        std::fs::write(&conf, mkfs::MKE2FS_CONF)
+            .with_context(|| format!("writing {}", conf.display()))?;
+        let dev = LoopDevice::attach(disk, p.start, p.size, 512)?;
+        cmd::run(&mut mkfs::ext4_from_dir(
+            t,
+            &p.spec,
+            dev.path(),
+            tree,
+            &conf,
+            self.os_time,
+        )?)?;
+        dev.close()
+    }
 }
+
+/// The staged root and boot filesystems, in the work directory.
+const STAGE_ROOT: &str = "stage-root.img";
+const STAGE_BOOT: &str = "stage-boot.img";
+/// The staged root rebuilt in sorted order, inside the staged root.
+const SORTED: &str = ".bootimage-gen-sorted";

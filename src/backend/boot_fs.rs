@@ -5,7 +5,11 @@
 //! a [`BootSetting`]; out: the boot filesystem image (and zipl's boot record).
 use super::job::*;
 use crate::disk::selinux::Labeller;
-use crate::disk::{derive, layout::Layout, zipl};
+use crate::disk::{
+    derive,
+    layout::{Layout, Placed},
+    zipl,
+};
 use crate::sys::loopback::{LoopDevice, Mounted};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -28,15 +32,17 @@ impl DiskJob {
         let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
         let boot_p = layout.part("boot");
         let part = self.work.join(format!("boot-{key}.img.partial"));
-        let file = std::fs::File::open(&base.base)
-            .with_context(|| format!("opening {}", base.base.display()))?;
-        drop(derive::copy_region(
-            &file,
-            boot_p.start,
-            boot_p.size,
-            &part,
-        )?);
-        let dev = LoopDevice::attach(&part, 0, boot_p.size, 512)?;
+        // The platform's edits go to a copy of the staged boot filesystem
+        // (of the base disk's, without mkfs tools).
+        let stage = match &self.mkfs {
+            Some(_) => self.work.join(format!("boot-{key}.stage")),
+            None => part.clone(),
+        };
+        let (src, offset) = self.boot_source(&base.base, &layout);
+        let file =
+            std::fs::File::open(&src).with_context(|| format!("opening {}", src.display()))?;
+        drop(derive::copy_region(&file, offset, boot_p.size, &stage)?);
+        let dev = LoopDevice::attach(&stage, 0, boot_p.size, 512)?;
         let m = Mounted::new(dev, &self.work.join(format!("mnt-{key}")), "ext4", "rw")?;
         let entries = derive::edit_boot(
             m.path(),
@@ -50,6 +56,37 @@ impl DiskJob {
                 grub: b.zipl_block_size.is_none(),
             },
         )?;
+        // The platform's edits are new files: labelled like the rest.
+        if let Some(l) = labeller {
+            l.label(m.path(), "/boot")?;
+        }
+        // With mkfs tools, the boot filesystem is made from the edited
+        // stage in one pass, and zipl (below) writes into that.
+        let m = match &self.mkfs {
+            Some(t) => {
+                drop(crate::io::create_sized(&part, boot_p.size)?);
+                let whole = Placed {
+                    spec: boot_p.spec.clone(),
+                    start: 0,
+                    size: boot_p.size,
+                };
+                self.ext4_from(t, m.path(), &part, &whole)
+                    .context("making a platform's boot filesystem from its stage")?;
+                m.close()?;
+                std::fs::remove_file(&stage)
+                    .with_context(|| format!("removing {}", stage.display()))?;
+                if b.zipl_block_size.is_none() {
+                    std::fs::rename(&part, &img)
+                        .with_context(|| format!("renaming {}", img.display()))?;
+                    return Ok((img, None));
+                }
+                // zipl's bootmap lists blocks of this filesystem: written
+                // into it by the kernel (the one step left not reproducible).
+                let dev = LoopDevice::attach(&part, 0, boot_p.size, 512)?;
+                Mounted::new(dev, &self.work.join(format!("mnt-{key}")), "ext4", "rw")?
+            }
+            None => m,
+        };
         let ipl = match b.zipl_block_size {
             Some(bs) => {
                 let rec = zipl::install(&zipl::Zipl {
@@ -66,8 +103,8 @@ impl DiskJob {
             }
             None => None,
         };
-        // The platform's edits are new files: labelled like the rest.
-        if let Some(l) = labeller {
+        // zipl's bootmap is a new file: labelled like the rest.
+        if let (Some(l), Some(_)) = (labeller, b.zipl_block_size) {
             l.label(m.path(), "/boot")?;
         }
         m.close()?;

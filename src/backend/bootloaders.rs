@@ -16,8 +16,6 @@ pub(super) type EspFiles = (String, Vec<(String, Vec<u8>)>);
 
 /// What the bootloader step installed.
 pub(super) struct Installed {
-    /// The OS's EFI tree in the deployment.
-    pub(super) efi_src: PathBuf,
     /// The ESP's GRUB vendor directory and the files put beside the OS's
     /// EFI tree, on arches that boot EFI.
     pub(super) efi: Option<EspFiles>,
@@ -72,7 +70,6 @@ impl DiskJob {
             self.write_bootupd(bj, tree, efi_tree, bios, boot, static_grub.is_some())?;
         }
         Ok(Installed {
-            efi_src,
             efi,
             esp4k,
             static_grub,

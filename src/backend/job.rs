@@ -67,6 +67,14 @@ pub struct DiskJob {
     /// The image and layer refs to give the sysroot repo (ostree-native).
     #[serde(default)]
     pub image_refs: Option<crate::oscontainer::ImageRefs>,
+    /// The mkfs that makes the root and boot filesystems from the staged
+    /// tree, reproducibly (docs/contract.md §9); without it the kernel
+    /// writes them through loop mounts, as the deploy runs.
+    #[serde(default)]
+    pub mkfs: Option<crate::disk::mkfs::Tools>,
+    /// The OS's time (its commit's): every time the filesystems carry is
+    /// at most this (`SOURCE_DATE_EPOCH`).
+    pub os_time: i64,
 }
 
 /// The OS's programs the job runs, from a buildroot of the OS tree.
@@ -168,6 +176,10 @@ pub struct BootSetting {
     /// through a bootmap on the boot filesystem instead of GRUB.
     #[serde(default)]
     pub zipl_block_size: Option<u64>,
+    /// A metal image boots from it: its osmet file maps this boot
+    /// filesystem's extents (not part of the key).
+    #[serde(default)]
+    pub osmet: bool,
 }
 
 impl BootSetting {

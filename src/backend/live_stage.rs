@@ -106,12 +106,16 @@ impl DiskJob {
 
     /// Where the ostree objects lie on the root and boot filesystems
     /// (the osmet files are packed from it), written to the work directory.
-    pub(super) fn extent_map(&self, root: &Path, boot: &Path, r: &Reporter) -> Result<PathBuf> {
+    pub(super) fn extent_map(
+        &self,
+        root: &Path,
+        boot: &Path,
+        r: &Reporter,
+    ) -> Result<(PathBuf, live::osmet::ExtentMap)> {
         let step = r.step("osmet extents");
         let map = live::osmet::scan(root, boot)?;
         let p = self.work.join("live-extents.json");
-        std::fs::write(&p, serde_json::to_vec(&map)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        write_map(&p, &map)?;
         let kernel_files: Vec<&str> = map
             .boot_files
             .iter()
@@ -127,8 +131,13 @@ impl DiskJob {
             map.boot_files.len(),
             kernel_files.join(", ")
         ));
-        Ok(p)
+        Ok((p, map))
     }
+}
+
+/// Write an extent map as JSON.
+pub(super) fn write_map(p: &Path, map: &live::osmet::ExtentMap) -> Result<()> {
+    std::fs::write(p, serde_json::to_vec(map)?).with_context(|| format!("writing {}", p.display()))
 }
 
 /// A copy of the OS's initramfs (checked usable), in `dir`: the live

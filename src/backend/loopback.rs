@@ -9,9 +9,10 @@ use super::job::*;
 use super::live_tree::{LiveEfi, LiveTreeSrc};
 use crate::disk::selinux::Labeller;
 use crate::disk::{deploy, derive, layout::Layout};
+use crate::live;
 use crate::sys::loopback::{LoopDevice, Mounted};
 use crate::util::{cancel, progress::Reporter};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -19,10 +20,13 @@ impl DiskJob {
     /// Run the job with loop devices and mounts on this machine.
     pub fn run(&self, r: &Reporter) -> Result<DiskOutput> {
         let labeller = self.labeller(r)?;
-        let mut out = self.build_base(r, labeller.as_ref())?;
-        // zipl (s390x) runs from the deployment: the base disk's root,
-        // mounted read-only once for every boot setting.
-        let root = match self.boots.iter().any(|b| b.zipl_block_size.is_some()) {
+        let (mut out, map) = self.build_base(r, labeller.as_ref())?;
+        // zipl (s390x) runs from the deployment, and the extents of a
+        // metal image's own boot filesystem are matched against its
+        // objects: the base disk's root, mounted read-only once.
+        let zipl = self.boots.iter().any(|b| b.zipl_block_size.is_some());
+        let osmet_boots = map.is_some() && self.mkfs.is_some();
+        let root = match zipl || osmet_boots {
             true => Some(self.mount_base_root(&out)?),
             false => None,
         };
@@ -38,6 +42,17 @@ impl DiskJob {
                 if let Some(p) = ipl {
                     out.ipls.insert(b.key(), p);
                 }
+            }
+            if let (Some(mut map), Some(root), Some(p), true) =
+                (map, &root, &out.extent_map, osmet_boots)
+            {
+                for b in self.boots.iter().filter(|b| b.osmet) {
+                    let m = self.mount_boot_image(&out.boots[&b.key()], &b.key())?;
+                    let scanned = live::osmet::scan_boot(&map, root.path(), m.path());
+                    m.close()?;
+                    map.platform_boot.insert(b.key(), scanned?.0);
+                }
+                super::live_stage::write_map(p, &map)?;
             }
             Ok(())
         })();
@@ -66,13 +81,37 @@ impl DiskJob {
     /// The base disk's root filesystem, read-only.
     fn mount_base_root(&self, base: &DiskOutput) -> Result<Mounted> {
         let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
-        let root_p = layout.part("root");
-        let dev = LoopDevice::attach(&base.base, root_p.start, root_p.size, 512)?;
-        Mounted::new(dev, &self.work.join("base-root"), "xfs", "ro,nouuid")
+        mount_ro(&base.base, &layout, "root", &self.work.join("base-root"))
+    }
+
+    /// A platform's boot filesystem image, read-only.
+    fn mount_boot_image(&self, img: &Path, key: &str) -> Result<Mounted> {
+        let size = std::fs::metadata(img)
+            .with_context(|| format!("reading {}", img.display()))?
+            .len();
+        let dev = LoopDevice::attach(img, 0, size, 512)?;
+        Mounted::new(
+            dev,
+            &self.work.join(format!("mnt-ro-{key}")),
+            "ext4",
+            "ro,noload",
+        )
+    }
+
+    /// The base disk's root and boot filesystems, read-only: root at
+    /// `<work>/base-root`, boot at `<work>/base-boot`.
+    fn mount_base(&self, disk: &Path, layout: &Layout) -> Result<(Mounted, Mounted)> {
+        let root = mount_ro(disk, layout, "root", &self.work.join("base-root"))?;
+        let boot = mount_ro(disk, layout, "boot", &self.work.join("base-boot"))?;
+        Ok((root, boot))
     }
 
     /// GPT, filesystems, deployment, bootloaders.
-    fn build_base(&self, r: &Reporter, labeller: Option<&Labeller>) -> Result<DiskOutput> {
+    fn build_base(
+        &self,
+        r: &Reporter,
+        labeller: Option<&Labeller>,
+    ) -> Result<(DiskOutput, Option<live::osmet::ExtentMap>)> {
         let d = &self.disk;
         let step = r.step("base disk");
         let path = self.work.join("base.raw");
@@ -89,11 +128,22 @@ impl DiskJob {
         if let Some(l) = labeller {
             label_boot(l, &boot, first, &dep, r)?;
         }
-        // The extents of the ostree objects, now that nothing else writes
-        // to root and boot (the osmet files are packed from them).
-        let extent_map = match &self.live {
-            Some(_) => Some(self.extent_map(root_m.path(), &boot, r)?),
-            None => None,
+        file.sync_all()?;
+        // The stage is complete: the base disk's filesystems are made from
+        // it, and read back from the disk, as shipped, from here on.
+        let made = self.final_filesystems(&path, &layout, root_m, boot_m)?;
+        r.note(&format!("filesystems: {made}"));
+        let (root_m, boot_m) = self.mount_base(&path, &layout)?;
+        let tree = root_m.path().join(&dep.deploy_dir);
+        let efi_src = tree.join(OS_EFI_DIR);
+        // The extents of the ostree objects on the base disk's root and
+        // boot (the osmet files are packed from them).
+        let (extent_map, map) = match &self.live {
+            Some(_) => {
+                let (p, m) = self.extent_map(root_m.path(), boot_m.path(), r)?;
+                (Some(p), Some(m))
+            }
+            None => (None, None),
         };
         boot_m.close()?;
         let live = match &self.live {
@@ -106,7 +156,7 @@ impl DiskJob {
                     root: root_m.path(),
                     tree: &tree,
                     efi: installed.efi.as_ref().map(|(vendor, stub)| LiveEfi {
-                        src: &installed.efi_src,
+                        src: &efi_src,
                         vendor,
                         esp_files: stub,
                     }),
@@ -115,23 +165,25 @@ impl DiskJob {
             None => None,
         };
         root_m.close()?;
-        file.sync_all()?;
         step.done(&format!(
             "{} MiB disk, {} MiB of OS content, kernel {}",
             d.metal_size >> 20,
             d.content_bytes >> 20,
             self.kernel_version
         ));
-        Ok(DiskOutput {
-            base: path,
-            entries,
-            esp4k: installed.esp4k,
-            boots: BTreeMap::new(),
-            ipls: BTreeMap::new(),
-            live,
-            static_grub: installed.static_grub,
-            extent_map,
-        })
+        Ok((
+            DiskOutput {
+                base: path,
+                entries,
+                esp4k: installed.esp4k,
+                boots: BTreeMap::new(),
+                ipls: BTreeMap::new(),
+                live,
+                static_grub: installed.static_grub,
+                extent_map,
+            },
+            map,
+        ))
     }
 
     /// The OS deployed on the mounted root at `root`, by the OS's own
@@ -158,6 +210,19 @@ impl DiskJob {
             },
         )
     }
+}
+
+/// The partition `label` of `disk` mounted read-only at `at` (XFS root:
+/// `nouuid`, as every disk has the same UUID; ext4: `noload`, no journal
+/// replayed, nothing written).
+fn mount_ro(disk: &Path, layout: &Layout, label: &str, at: &Path) -> Result<Mounted> {
+    let p = layout.part(label);
+    let (fstype, opts) = match p.spec.fs {
+        crate::disk::layout::Fs::Xfs => ("xfs", "ro,nouuid,norecovery"),
+        _ => ("ext4", "ro,noload"),
+    };
+    let dev = LoopDevice::attach(disk, p.start, p.size, 512)?;
+    Mounted::new(dev, at, fstype, opts)
 }
 
 /// Label `/boot` with the OS's policy, and say what was labelled (`first`:

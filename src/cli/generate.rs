@@ -62,6 +62,21 @@ pub struct GenerateArgs {
     /// boot when this ostree writes no composefs image).
     #[arg(long, value_name = "WHO", value_enum, default_value_t = DeployOstree::Os)]
     pub deploy_ostree: DeployOstree,
+    /// The mkfs that makes the root and boot filesystems in one pass from
+    /// the staged tree, so that the same release gives the same bytes
+    /// anywhere (mkfs.xfs -p of xfsprogs 6.19 or later, mke2fs -d of
+    /// e2fsprogs 1.47.3 or later, and xfs_db): an entry of
+    /// scripts/mkfs-root.sh (Debian's newer xfsprogs and e2fsprogs, run by
+    /// their own loader), its cache directory, or a directory holding the
+    /// three. Default: this host's when new enough, else the newest entry
+    /// under /usr/lib/bootimage-gen/mkfs-root (this tool's image),
+    /// $BOOTIMAGE_CACHE/mkfs-root (as root /var/cache/bootimage-gen/mkfs-root),
+    /// ~/.cache/bootimage-gen/mkfs-root or <cache-dir>/mkfs-root. Without
+    /// one, this machine's kernel writes the filesystems as the OS is
+    /// deployed, and the run says they are not reproducible. The run says
+    /// which mkfs wrote them.
+    #[arg(long, value_name = "DIR", env = "BOOTIMAGE_GEN_MKFS_TOOLS")]
+    pub mkfs_tools: Option<PathBuf>,
     /// Worker threads for encoding and compression (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

@@ -82,6 +82,7 @@ fn settings(a: &GenerateArgs) -> Result<Settings> {
         debug_raw_dir: a.debug_raw_dir.clone(),
         deploy_with_os: a.deploy_ostree == crate::cli::DeployOstree::Os,
         threads: a.threads.unwrap_or(0),
+        mkfs_tools: a.mkfs_tools.clone(),
     })
 }
 

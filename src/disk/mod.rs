@@ -10,4 +10,5 @@ pub mod layout;
 pub mod mkfs;
 pub mod prep;
 pub mod selinux;
+pub mod stage;
 pub mod zipl;

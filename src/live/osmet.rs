@@ -82,6 +82,14 @@ pub struct ExtentMap {
     pub objects: u64,
     pub empty_objects: u64,
     pub boot_files: Vec<String>,
+    /// The boot extents of each platform boot filesystem that is not the
+    /// base disk's (made from its own stage, docs/contract.md §9), by boot
+    /// setting key: a metal image's osmet uses its own.
+    #[serde(default)]
+    pub platform_boot: std::collections::BTreeMap<String, Vec<Mapping>>,
+    /// Object sizes → objects, for matching boot files (not stored).
+    #[serde(skip)]
+    sizes: HashMap<u64, Vec<String>>,
 }
 
 // --- FIEMAP (linux/fiemap.h) ---------------------------------------------
@@ -263,6 +271,22 @@ pub fn scan(root: &Path, boot: &Path) -> Result<ExtentMap> {
             }));
         }
     }
+    map.sizes = by_size;
+    let (boot_maps, files) = scan_boot(&map, root, boot)?;
+    map.boot = boot_maps;
+    map.boot_files = files;
+    canonicalize(&mut map.root);
+    Ok(map)
+}
+
+/// The boot files of the mounted boot filesystem `boot` that are copies of
+/// an object of `map`'s root (mounted at `root`): kernel and initramfs;
+/// their extents and names.
+pub fn scan_boot(map: &ExtentMap, root: &Path, boot: &Path) -> Result<(Vec<Mapping>, Vec<String>)> {
+    let objects = root.join("ostree/repo/objects");
+    let by_size = &map.sizes;
+    let mut mappings = Vec::new();
+    let mut files = Vec::new();
     // Boot files (kernel, initramfs) that are copies of an object.
     let mut digests: HashMap<String, String> = HashMap::new();
     let mut stack = vec![boot.to_path_buf()];
@@ -307,17 +331,16 @@ pub fn scan(root: &Path, boot: &Path) -> Result<ExtentMap> {
                 let ext = fiemap(&p).with_context(|| {
                     format!("/boot/{rel} (a copy of ostree object {obj}) cannot be mapped for the osmet file")
                 })?;
-                map.boot.extend(ext.into_iter().map(|extent| Mapping {
+                mappings.extend(ext.into_iter().map(|extent| Mapping {
                     extent,
                     object: obj.clone(),
                 }));
-                map.boot_files.push(format!("/boot/{rel}"));
+                files.push(format!("/boot/{rel}"));
             }
         }
     }
-    canonicalize(&mut map.root);
-    canonicalize(&mut map.boot);
-    Ok(map)
+    canonicalize(&mut mappings);
+    Ok((mappings, files))
 }
 
 // --- bincode 1 (varint, little endian) -------------------------------------

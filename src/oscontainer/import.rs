@@ -5,6 +5,7 @@
 //! image; out: the [`ImportRecord`] of the commit it left in the repo.
 use super::buildroot;
 use super::cache::{Cache, ImportRecord};
+use super::canonical;
 use super::format::OsFormat;
 use super::gc;
 use super::legacy::import_legacy;
@@ -144,9 +145,10 @@ async fn import_ostree_native(
                         state.manifest_digest
                     );
                 }
+                let merge_commit = canonical_merge(&repo, imgref, &state.merge_commit)?;
                 nonostree::Imported {
-                    dropped: dropped_by_import(&repo, &state.merge_commit)?,
-                    merge_commit: state.merge_commit,
+                    dropped: dropped_by_import(&repo, &merge_commit)?,
+                    merge_commit,
                     base_commit: state.base_commit,
                     committed_by: String::new(),
                 }
@@ -197,7 +199,7 @@ async fn import_derived(
             base.manifest_digest
         );
     }
-    if nonostree::is_root() {
+    if crate::util::owner::is_root() {
         let image_ref = ostree_ext::refescape::prefix_escape_for_ref(
             IMAGE_REF_PREFIX,
             &imgref.imgref.to_string(),
@@ -238,9 +240,10 @@ async fn import_derived(
                 .map_err(|e| anyhow!("{}: {e:#}", what()))?
         }
     };
+    let merge_commit = canonical_merge(repo, imgref, &state.merge_commit)?;
     Ok(nonostree::Imported {
-        dropped: dropped_by_import(repo, &state.merge_commit)?,
-        merge_commit: state.merge_commit,
+        dropped: dropped_by_import(repo, &merge_commit)?,
+        merge_commit,
         base_commit: state.base_commit,
         committed_by: "ostree-ext 0.15 with this host's libostree, the derived layers labelled with the base's policy (the merged tree's, as today's ostree-ext does, needs root here)".into(),
     })
@@ -270,6 +273,18 @@ fn os_ostree_version(cache: &Cache, commit: &str, img: &Image) -> Result<Option<
         return Ok(None);
     };
     Ok(Some((y, m)))
+}
+
+/// ostree-ext's merge commit for `imgref`, rewritten canonically (see
+/// [`canonical`]), its image ref moved to it.
+fn canonical_merge(
+    repo: &ostree_ext::ostree::Repo,
+    imgref: &ostree_ext::container::OstreeImageReference,
+    commit: &str,
+) -> Result<String> {
+    let image_ref =
+        ostree_ext::refescape::prefix_escape_for_ref(IMAGE_REF_PREFIX, &imgref.imgref.to_string())?;
+    canonical::canonical_commit(repo, commit, &image_ref)
 }
 
 /// Top-level directories ostree-ext drops without their being content

@@ -9,6 +9,7 @@
 //! here, so callers name `oscontainer::X`.
 pub mod buildroot;
 mod cache;
+mod canonical;
 pub mod config;
 mod format;
 pub mod gc;

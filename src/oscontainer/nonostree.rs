@@ -71,7 +71,7 @@ pub async fn import(
     img: &Image,
     image_ref: &str,
 ) -> Result<Imported> {
-    if !is_root() {
+    if !crate::util::owner::is_root() {
         bail!(
             "OS image {} carries no ostree commit (a chunkah-style image: every layer plain files): merging its layers keeps each file's owner, which needs root here; run bootimage-gen as root (or import it once as root into the same --cache-dir)",
             img.reference
@@ -227,11 +227,6 @@ async fn import_layers(
             committed_by,
         });
     }
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn parse_year_release(v: &str) -> Option<(u32, u32)> {

@@ -197,7 +197,10 @@ impl Builder<'_> {
                 osmet::Partition {
                     start: bs,
                     end: be,
-                    mappings: &map.boot,
+                    mappings: map
+                        .platform_boot
+                        .get(&art.boot_setting(&self.plan.disk.arch).key())
+                        .unwrap_or(&map.boot),
                 },
                 osmet::Partition {
                     start: rs,

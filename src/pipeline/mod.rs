@@ -119,6 +119,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     let mut job = plan.disk_job(work.path(), &loaded.cache.repo.path, s.threads);
     let deployed_by;
     (job.buildroot, deployed_by) = deploy::deployer(s, &loaded, &plan, &reporter)?;
+    job.mkfs = mkfs_tools(s, &reporter)?;
     let base = base_disk(s, &loaded, &plan, &job, &reporter)?;
     let osmets = b.pack_osmets(&base)?;
     let mut m = artifacts(&b, &base, &plan, &osmets, new_meta)?;
@@ -149,6 +150,28 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
         s.output.display()
     ));
     Ok(ran)
+}
+
+/// The mkfs that makes the filesystems from the staged tree (said on the
+/// console), or none and why (the kernel writes them, not reproducibly).
+fn mkfs_tools(s: &Settings, r: &Reporter) -> Result<Option<crate::disk::mkfs::Tools>> {
+    Ok(
+        match crate::disk::mkfs::find_tools(s.mkfs_tools.as_deref(), &s.input.cache_dir)? {
+            Ok(t) => {
+                r.note(&format!(
+                    "mkfs: {} from {}: the root and boot filesystems are made from the staged tree",
+                    t.versions, t.source
+                ));
+                Some(t)
+            }
+            Err(why) => {
+                r.note(&format!(
+                    "mkfs: the filesystems are not reproducible: {why}. scripts/mkfs-root.sh fetches mkfs that makes them reproducibly (--mkfs-tools)"
+                ));
+                None
+            }
+        },
+    )
 }
 
 /// Stages resolve and import: the release, its OS image, and the OS commit

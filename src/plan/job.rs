@@ -44,8 +44,9 @@ impl Plan {
         let mut boots: Vec<BootSetting> = Vec::new();
         for art in &self.artifacts {
             let b = art.boot_setting(&self.disk.arch);
-            if !boots.iter().any(|x| x.key() == b.key()) {
-                boots.push(b);
+            match boots.iter_mut().find(|x| x.key() == b.key()) {
+                Some(x) => x.osmet |= b.osmet,
+                None => boots.push(b),
             }
         }
         boots
@@ -86,6 +87,8 @@ impl Plan {
             grub_script: os.grub_script.clone(),
             buildroot: None,
             image_refs: self.facts.image_refs.clone(),
+            mkfs: None,
+            os_time: os.timestamp,
         }
     }
 }

@@ -277,6 +277,7 @@ impl<S> PlanArtifact<S> {
             zipl_block_size: crate::platforms::arch_boot(arch)
                 .zipl
                 .then_some(self.sector_size),
+            osmet: self.spec.is_metal_disk(),
         }
     }
 }

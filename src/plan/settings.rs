@@ -35,6 +35,8 @@ pub struct Settings {
     pub deploy_with_os: bool,
     /// Worker threads (0: one per CPU).
     pub threads: usize,
+    /// `--mkfs-tools` (else found, see `disk::mkfs::find_tools`).
+    pub mkfs_tools: Option<PathBuf>,
 }
 
 /// The checks of `generate`'s flags that need more than one of them, or

@@ -154,3 +154,9 @@ mod tests {
         assert!(start_time(std::process::id()).unwrap() > 0);
     }
 }
+
+/// Does this process run as root (effective UID 0)?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
