@@ -296,7 +296,12 @@ pub fn xorriso_args(stage: &Path, out: &Path, i: &IsoInput) -> Vec<std::ffi::OsS
     let s = |a: &mut Vec<std::ffi::OsString>, v: &[&str]| a.extend(v.iter().map(|x| x.into()));
     s(&mut a, &["-as", "mkisofs", "-quiet"]);
     s(&mut a, &["-V", i.volid, "-volset", i.volid]);
+    // Every date the ISO records is the OS's: the volume's, and every
+    // file's and directory's (else the staged tree's, written by the
+    // clock; xorriso writes them in the local time zone, which TZ=UTC
+    // below pins too).
     s(&mut a, &[&format!("--modification-date={date}")]);
+    s(&mut a, &["--set_all_file_dates", &date]);
     let (efiboot, syslinux) = match &i.boot {
         IsoBoot::Efi { efiboot, syslinux } => (efiboot, syslinux),
         // grub-mkrescue's ISO for powerpc-ieee1275 (osbuild ppc64le):
@@ -367,6 +372,7 @@ pub fn build_iso(stage: &Path, out: &Path, i: &IsoInput) -> Result<()> {
 
 fn xorriso(stage: &Path, out: &Path, i: &IsoInput) -> Result<()> {
     let mut c = crate::util::cmd::new("xorriso", xorriso_args(stage, out, i));
+    c.env("TZ", "UTC");
     crate::util::cmd::run(&mut c)
         .with_context(|| format!("writing the live ISO {}", out.display()))?;
     Ok(())
