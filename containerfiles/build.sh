@@ -51,8 +51,10 @@ base=$(debian_rootfs_image localhost/bootimage-gen-base "$CACHE" --variant=minba
 # The build context: only what the Containerfile copies.
 ctx=$CACHE/ctx-$target
 rm -rf "$ctx"
-mkdir -p "$ctx/scripts"
-cp scripts/install-deps.sh "$ctx/scripts/"
+mkdir -p "$ctx/scripts" "$ctx/fixtures/os"
+mkfs_scripts=(scripts/install-deps.sh scripts/mkfs-root.sh scripts/cache-root.sh scripts/keyed-dir.sh fixtures/os/foreign-apt.sh)
+cp scripts/install-deps.sh scripts/mkfs-root.sh scripts/cache-root.sh scripts/keyed-dir.sh "$ctx/scripts/"
+cp fixtures/os/foreign-apt.sh "$ctx/fixtures/os/"
 if [ "$target" = prebuilt ]; then
   bin=target/release/bootimage-gen
   [ -x "$bin" ] || { say "$bin is missing: run cargo build --release first (make build)"; exit 1; }
@@ -65,7 +67,7 @@ else
   input=$(cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 fi
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-key=$({ cat containerfiles/Containerfile scripts/install-deps.sh; echo "$base $target"; echo "$input"; } | hash)
+key=$({ cat containerfiles/Containerfile "${mkfs_scripts[@]}"; echo "$base $target"; echo "$input"; } | hash)
 tag=$IMAGE:$key
 
 # Compiling fetches crates: trust what this host trusts (a site proxy's CA).

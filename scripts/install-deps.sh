@@ -124,6 +124,17 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends --allow-downgrades "${need[@]}"
 fi
 
+# The mkfs that makes the root and boot filesystems reproducibly from a
+# tree (xfsprogs 6.19+, e2fsprogs 1.47.3+; Debian 12 has 6.1 and 1.47.0):
+# scripts/mkfs-root.sh carries Debian forky's with their own loader, into
+# its cache (BOOTIMAGE_MKFS_ROOT_DIR: elsewhere; the tool's image puts
+# them in /usr/lib/bootimage-gen/mkfs-root, where the tool looks).
+if [ "$mode" != --build ]; then
+  here=$(cd "$(dirname "$0")" && pwd)
+  mkfs=$(bash "$here/mkfs-root.sh" ${BOOTIMAGE_MKFS_ROOT_DIR:+"$BOOTIMAGE_MKFS_ROOT_DIR"})
+  echo "install-deps: mkfs tools in $mkfs ($(tr '\n' ' ' < "$mkfs/VERSIONS" | grep -o 'xfsprogs [^ ]*\|e2fsprogs [^ ]*' | tr '\n' ' '))"
+fi
+
 if [ "$mode" != all ]; then
   echo "install-deps: ok ($mode)"
   exit 0

@@ -38,7 +38,7 @@ for a in $(cat /proc/cmdline); do
     bootimage_gen.work=*) work="${{a#*=}}" ;;
     bootimage_gen.repo=*) repo="${{a#*=}}" ;;
     bootimage_gen.hang=*) hang="${{a#*=}}" ;;
-    bootimage_gen.buildroot=*) buildroot="${{a#*=}}" ;;
+    bootimage_gen.ro=*) ro="$ro ${{a#*=}}" ;;
   esac
 done
 for m in {modules}; do modprobe "$m" 2>/dev/null; done
@@ -49,12 +49,12 @@ fi
 if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize={MSIZE},ro repo "$repo"; then
   say "error mounting the OS repository share"; off
 fi
-if [ -n "$buildroot" ]; then
-  mkdir -p "$buildroot"
-  if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize={MSIZE},ro buildroot "$buildroot"; then
-    say "error mounting the OS buildroot share"; off
+for s in $ro; do
+  mkdir -p "${{s#*:}}"
+  if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize={MSIZE},ro "${{s%%:*}}" "${{s#*:}}"; then
+    say "error mounting the ${{s%%:*}} share"; off
   fi
-fi
+done
 ( while :; do say alive; sleep {HEARTBEAT_SECS}; done ) &
 beat=$!
 if [ -n "$hang" ]; then
@@ -67,7 +67,7 @@ TMPDIR="$work/vm/tmp" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   "$work/vm/bootimage-gen" vm-job "$work/vm/job.json" "$work/vm/result.json" > $chan 2>&1
 say "job exited $?"
 kill $beat
-[ -z "$buildroot" ] || umount "$buildroot"
+for s in $ro; do umount "${{s#*:}}"; done
 umount "$repo" "$work"
 off
 "#,

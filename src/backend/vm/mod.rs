@@ -72,13 +72,18 @@ pub fn run(
     r: &Reporter,
 ) -> Result<DiskOutput> {
     let kvm = accel == Accel::Kvm;
-    // The OS's buildroot (its tools run in the VM as they would here),
-    // shared read-only at the same path.
-    let buildroot_dir = job.buildroot.as_ref().map(|t| {
+    // Shared read-only at the same paths: the OS's buildroot (its tools
+    // run in the VM as they would here), and the mkfs tools when they are
+    // not this host's own (which the appliance has).
+    let mut ro_shares: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(t) = &job.buildroot {
         let b = &t.buildroot;
-        b.dir.parent().unwrap_or(&b.dir).to_path_buf()
-    });
-    check_shareable(job, buildroot_dir.as_deref())?;
+        ro_shares.push(("buildroot", b.dir.parent().unwrap_or(&b.dir).to_path_buf()));
+    }
+    if let Some(d) = job.mkfs.as_ref().and_then(|t| t.share.clone()) {
+        ro_shares.push(("mkfs", d));
+    }
+    check_shareable(job, &ro_shares)?;
     let exe = std::env::current_exe().context("finding this program")?;
     let app = appliance(&cache_dir.join("appliance"), &exe, &job_packages(job)?, r)?;
     let files = VmFiles::stage(job, &exe)?;
@@ -92,7 +97,7 @@ pub fn run(
         kvm,
         memory: args.vm_memory,
         cpus,
-        buildroot_dir: buildroot_dir.as_deref(),
+        ro_shares: &ro_shares,
         vmdir: &files.vmdir,
         console: &files.console,
     };
@@ -115,21 +120,19 @@ pub fn run(
 }
 
 /// Fail unless the VM can share every path of the job (the work
-/// directory, the OS repository, the buildroot): 9p options and the
-/// kernel command line cannot carry a space, comma or quote.
-fn check_shareable(job: &DiskJob, buildroot_dir: Option<&Path>) -> Result<()> {
-    for p in [
-        Some(job.work.as_path()),
-        Some(job.cache_repo.as_path()),
-        buildroot_dir,
-    ]
-    .into_iter()
-    .flatten()
+/// directory, the OS repository, the read-only shares): 9p options and the
+/// kernel command line cannot carry a space, comma, colon or quote.
+fn check_shareable(job: &DiskJob, ro_shares: &[(&str, PathBuf)]) -> Result<()> {
+    for p in [job.work.as_path(), job.cache_repo.as_path()]
+        .into_iter()
+        .chain(ro_shares.iter().map(|(_, p)| p.as_path()))
     {
         let s = p.to_string_lossy();
-        if s.chars().any(|c| c.is_whitespace() || c == ',' || c == '"') {
+        if s.chars()
+            .any(|c| c.is_whitespace() || c == ',' || c == '"' || c == ':')
+        {
             bail!(
-                "the VM backends cannot share {s}: the path holds a space, comma or quote; use --cache-dir with a plain path"
+                "the VM backends cannot share {s}: the path holds a space, comma, colon or quote; use --cache-dir (or --mkfs-tools) with a plain path"
             );
         }
     }

@@ -9,7 +9,7 @@ use super::init::DEBUG_HANG_ENV;
 use crate::backend::job::DiskJob;
 use crate::util::progress::Reporter;
 use anyhow::{Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
@@ -32,8 +32,9 @@ pub(super) struct Launch<'a> {
     /// Memory, in MiB.
     pub(super) memory: u32,
     pub(super) cpus: u32,
-    /// The OS's buildroot, shared read-only at the same path.
-    pub(super) buildroot_dir: Option<&'a Path>,
+    /// Directories shared read-only at the same paths, by 9p tag (the
+    /// OS's buildroot, the mkfs tools).
+    pub(super) ro_shares: &'a [(&'a str, PathBuf)],
     /// `<work>/vm`: its `tmp` holds the root's snapshot overlay.
     pub(super) vmdir: &'a Path,
     /// Where the guest console (kernel messages) goes.
@@ -43,7 +44,7 @@ pub(super) struct Launch<'a> {
 /// Start the VM of `l` (its pidfile written, so `sys::stale` can find it);
 /// returns it with the instant it was started.
 pub(super) fn start(l: &Launch<'_>, r: &Reporter) -> Result<(Vm, Instant)> {
-    let append = kernel_append(l.job, l.buildroot_dir);
+    let append = kernel_append(l.job, l.ro_shares);
     let mut c = qemu_command(l, &append);
     tracing::info!(?c, "starting the backend VM");
     let started = Instant::now();
@@ -72,14 +73,14 @@ pub(super) fn start(l: &Launch<'_>, r: &Reporter) -> Result<(Vm, Instant)> {
 /// host delays an emulated (TCG) guest's ticks (seen: a nokvm run on 2 busy
 /// cores); the check guards against broken hardware, which qemu's is not.
 /// libguestfs's appliance and Kata's guests boot with it for the same reason.
-fn kernel_append(job: &DiskJob, buildroot_dir: Option<&Path>) -> String {
+fn kernel_append(job: &DiskJob, ro_shares: &[(&str, PathBuf)]) -> String {
     let mut append = format!(
         "console=ttyS0 root=/dev/vda rw quiet loglevel=3 panic=-1 no_timer_check bootimage_gen.work={} bootimage_gen.repo={}",
         job.work.display(),
         job.cache_repo.display()
     );
-    if let Some(d) = &buildroot_dir {
-        append.push_str(&format!(" bootimage_gen.buildroot={}", d.display()));
+    for (tag, d) in ro_shares {
+        append.push_str(&format!(" bootimage_gen.ro={tag}:{}", d.display()));
     }
     if std::env::var_os(DEBUG_HANG_ENV).is_some() {
         append.push_str(" bootimage_gen.hang=1");
@@ -134,11 +135,11 @@ fn qemu_command(l: &Launch<'_>, append: &str) -> Command {
         "local,path={},mount_tag=repo,security_model=none,readonly=on",
         job.cache_repo.display()
     ))
-    .args(l.buildroot_dir.iter().flat_map(|d| {
+    .args(l.ro_shares.iter().flat_map(|(tag, d)| {
         [
             "-virtfs".to_string(),
             format!(
-                "local,path={},mount_tag=buildroot,security_model=none,readonly=on",
+                "local,path={},mount_tag={tag},security_model=none,readonly=on",
                 d.display()
             ),
         ]
