@@ -58,6 +58,8 @@ TEST_PKGS=(
   ovmf seabios ipxe-qemu qemu-system-arm qemu-efi-aarch64 qemu-system-ppc qemu-system-misc
   # validation tools used by tests
   libxml2-utils jq file
+  # reproducibility: diffoscope compares two runs' artifacts (issue 45)
+  diffoscope-minimal
   # AWS API mock for tests/generate_aws.rs (moto, from PyPI, in a venv)
   python3-venv python3-pip
   # the container tier (tests/container.rs): the image is built from a

@@ -30,6 +30,10 @@ fn main() {
             eprintln!("bootimage-gen: {i}");
             std::process::exit(i.0);
         }
+        if let Some(v) = e.downcast_ref::<commands::verify::Verdict>() {
+            eprintln!("bootimage-gen verify: {v}");
+            std::process::exit(v.code);
+        }
         // One line: the chain of causes, outermost first.
         let msg = format!("{e:#}").replace('\n', " ");
         eprintln!("error: {msg}");

@@ -608,16 +608,21 @@ fn cosa_era_image_json_grub_script() {
 /// tree per stream (each with its meta.json and stream.json), and
 /// streams.json shaped like the ConfigMap's `data.streams`, which
 /// coreos-stream-metadata reads for both streams.
+///
+/// Both streams are reproducible (docs/contract.md §9): the same command
+/// again, on another cache, output path and TMPDIR, in another time zone,
+/// on one CPU, writes every file of both trees byte for byte the same; and
+/// `verify` of the rhel-10 tree (`-- --os-stream rhel-10`) exits 0.
 #[test]
 fn os_stream_all_builds_every_stream() {
     let f = fxk("release_ocp5");
     let c = cache();
     let out = tempfile::tempdir().unwrap();
-    let o = run(
-        c.path(),
-        &[
+    let release = oci("release-ocp5");
+    let args = |o: &Path| -> Vec<String> {
+        [
             "generate",
-            &oci("release-ocp5"),
+            &release,
             "metal",
             "--os-stream",
             "all",
@@ -625,10 +630,59 @@ fn os_stream_all_builds_every_stream() {
             "none",
             "--no-ostree-archive",
             "-o",
-            out.path().to_str().unwrap(),
-        ],
-    );
+            o.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let a = args(out.path());
+    let o = run(c.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
+    let again = tempfile::tempdir().unwrap();
+    let (out2, tmp) = (again.path().join("out"), again.path().join("tmp"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let exe = env!("CARGO_BIN_EXE_bootimage-gen");
+    let o2 = Command::new("taskset")
+        .args(["-c", "0", exe])
+        .args(args(&out2))
+        .arg("--cache-dir")
+        .arg(again.path().join("cache"))
+        .env("TZ", "America/St_Johns")
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(o2.status.success(), "the second run: {}", stderr(&o2));
+    let mut files = Vec::new();
+    for d in ["", "rhel-9", "rhel-10"] {
+        for e in std::fs::read_dir(out.path().join(d)).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                files.push(p.strip_prefix(out.path()).unwrap().to_path_buf());
+            }
+        }
+    }
+    assert!(files.len() >= 7, "{files:?}");
+    for rel in &files {
+        assert!(
+            std::fs::read(out.path().join(rel)).unwrap() == std::fs::read(out2.join(rel)).unwrap(),
+            "{} differs between the two runs of both streams",
+            rel.display()
+        );
+    }
+    let v = Command::new(exe)
+        .arg("verify")
+        .arg(out.path().join("rhel-10"))
+        .args(["--", "--os-stream", "rhel-10", "--cache-dir"])
+        .arg(c.path())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&v.stdout), stderr(&v));
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "verify of the rhel-10 tree:\n{text}"
+    );
     let raw = std::fs::read(out.path().join("streams.json")).unwrap();
     let all: serde_json::Map<String, Value> = serde_json::from_slice(&raw).unwrap();
     // Both streams, keyed as the ConfigMap's data.streams (order: the runs').

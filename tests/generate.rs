@@ -409,6 +409,17 @@ fn deployment_kargs_and_boot_files() {
             })
             .unwrap_or_else(|| panic!("no deployment in:\n{st}"));
         assert_eq!(commit, fx()["rhel_coreos"]["commit"].as_str().unwrap());
+        // ostree makes the deployment immutable (ostree-linuxfsutil.c,
+        // `_ostree_linuxfs_fd_alter_immutable_flag`); mkfs.xfs -p drops the
+        // flag and xfs_db sets it again (docs/contract.md §9).
+        let dep_dir = root
+            .0
+            .join(format!("ostree/deploy/{osname}/deploy/{deployed}.0"));
+        let attrs = must(Command::new("lsattr").arg("-d").arg(&dep_dir));
+        assert!(
+            attrs.split_whitespace().next().unwrap_or("").contains('i'),
+            "{key}: the deployment is not immutable: {attrs}"
+        );
         for (k, v) in [("sysroot.readonly", "true"), ("sysroot.bootloader", "none")] {
             let got = must(
                 Command::new("ostree")

@@ -141,6 +141,42 @@ fn aarch64_is_laid_down_by_its_own_ostree_through_qemu_user() {
     laid_down_by_its_own_ostree(arch_of(b), &b.raw, &b.meta, &b.log, &b.root.join("mnt-own"));
 }
 
+/// The aarch64 set is reproducible too (docs/contract.md §9): `verify`
+/// rebuilds it on another cache, output path and TMPDIR, in another time
+/// zone, on one CPU, and every file matches byte for byte (its OS laid
+/// down by its own ostree under qemu-user both times).
+#[test]
+fn aarch64_rebuilds_elsewhere_to_the_same_bytes() {
+    let b = built();
+    let again = b.root.join("again");
+    let _ = std::fs::remove_dir_all(&again);
+    std::fs::create_dir_all(again.join("tmp")).unwrap();
+    let o = Command::new("taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_bootimage-gen"), "verify"])
+        .arg(&b.out)
+        .arg("--rebuild-dir")
+        .arg(again.join("out"))
+        .arg("--")
+        .arg("--cache-dir")
+        .arg(again.join("cache"))
+        .env("TZ", "Asia/Kolkata")
+        .env("TMPDIR", again.join("tmp"))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "verify of the aarch64 set:\n{text}"
+    );
+    assert!(
+        text.contains("--arch aarch64"),
+        "the rebuild was not for aarch64:\n{text}"
+    );
+    assert!(text.contains("match the rebuild byte for byte"), "{text}");
+    let _ = std::fs::remove_dir_all(&again);
+}
+
 /// What RHCOS ships for aarch64 (openshift/installer
 /// `data/data/coreos/coreos-rhel-9.json`), all of which `all` must plan.
 const RHCOS_AARCH64: &[&str] = &[

@@ -11,6 +11,7 @@ mod inspect;
 mod platforms;
 mod registry;
 mod stream;
+mod verify;
 mod vsphere;
 
 pub use completions::{CompletionsArgs, ManArgs, Shell};
@@ -21,6 +22,7 @@ pub use inspect::InspectArgs;
 pub use platforms::PlatformsArgs;
 pub use registry::{PullArgs, PushArgs, RegistryArgs};
 pub use stream::{StreamCommand, StreamMergeArgs};
+pub use verify::VerifyArgs;
 pub use vsphere::{VsphereCommand, VsphereImportArgs, VsphereTarget};
 
 use clap::{Args, Parser, Subcommand};
@@ -119,6 +121,20 @@ pub enum Command {
     ///
     /// Example: bootimage-gen pull registry.example.com:5000/ocp/bootimages:4.18.0 -o /srv/www/rhcos --arch x86_64 --platform metal --platform live-iso --base-url http://mirror.example/rhcos
     Pull(PullArgs),
+    /// Rebuild a `generate` output from its release and compare byte for
+    /// byte.
+    ///
+    /// Reads what DIR holds (meta.json: the release, arch and platforms;
+    /// the file names: the compression; stream.json: the base URL), runs
+    /// `generate` again into a directory of its own, and compares every
+    /// file SHA256SUMS lists, and meta.json, stream.json and SHA256SUMS
+    /// themselves. Exit status: 0 when all match; 1 when a file differs
+    /// (each named); 2 when the rebuild could not be made (its error said).
+    /// Bytes match when the same mkfs makes the filesystems
+    /// (docs/contract.md §9): the run says which.
+    ///
+    /// Example: bootimage-gen verify ./out -- --cache-dir /var/tmp/verify-cache
+    Verify(VerifyArgs),
     /// Stream metadata: merge the stream.json of several runs.
     #[command(subcommand)]
     Stream(StreamCommand),

@@ -8,6 +8,7 @@ pub mod platforms;
 pub mod publish;
 pub mod registry;
 pub mod stream;
+pub mod verify;
 pub mod vsphere;
 
 use crate::cli::{Cli, Command, InputArgs};
@@ -31,6 +32,7 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             generate::run(a)
         }
+        Command::Verify(a) => verify::run(a),
         Command::Platforms(a) => platforms::run(a),
         Command::Gc(a) => gc::run(a),
         Command::Vsphere(c) => vsphere::run(c),

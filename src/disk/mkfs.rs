@@ -406,12 +406,21 @@ fn pinned(c: &mut std::process::Command, time: i64) {
             c.env_remove(&*k);
         }
     }
-    c.env("LC_ALL", "C")
-        .env("TZ", "UTC")
-        .env("SOURCE_DATE_EPOCH", time.to_string())
+    c.env("LC_ALL", "C").env("TZ", "UTC");
+    // Fault injection for the tests: the clock and random seeds back, to
+    // prove the two-run check bites.
+    if std::env::var(FAULT_ENV).is_ok_and(|v| v == FAULT_UNPINNED) {
+        return;
+    }
+    c.env("SOURCE_DATE_EPOCH", time.to_string())
         .env("DETERMINISTIC_SEED", "1")
         .env("E2FSPROGS_FAKE_TIME", time.to_string());
 }
+
+/// `BOOTIMAGE_GEN_FAULT=unpinned-mkfs`: mkfs without the OS's time and the
+/// fixed seeds (tests only).
+pub const FAULT_ENV: &str = "BOOTIMAGE_GEN_FAULT";
+pub const FAULT_UNPINNED: &str = "unpinned-mkfs";
 
 /// `mkfs.xfs -p DIR` onto `dev`: every feature, the geometry (AG count,
 /// sector and block size, log size) and the seeds pinned; the features a
@@ -524,6 +533,82 @@ pub fn ext4_from_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory of fake tools that print `xfs` and `e2` as their
+    /// versions the way the real ones do.
+    fn fake_tools(xfs: &str, e2: &str) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let tool = |name: &str, body: String| {
+            let p = d.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        tool("mkfs.xfs", format!("echo 'mkfs.xfs version {xfs}'"));
+        tool(
+            "mke2fs",
+            format!(
+                "echo 'mke2fs {e2} (6-Mar-2025)' >&2\necho 'Using EXT2FS Library version {e2}' >&2"
+            ),
+        );
+        tool("xfs_db", String::new());
+        d
+    }
+
+    #[test]
+    fn tools_are_taken_only_when_new_enough_and_the_reason_is_named() {
+        assert_eq!(version3("7.2.0"), (7, 2, 0));
+        assert_eq!(version3("1.47.4"), (1, 47, 4));
+        let good = fake_tools("7.2.0", "1.47.4");
+        let t = find_tools(Some(good.path()), Path::new("/nonexistent"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.versions, "mkfs.xfs 7.2.0, mke2fs 1.47.4");
+        assert_eq!(t.mkfs_xfs, good.path().join("mkfs.xfs"));
+        // Debian 12's: too old, each named with what it needs.
+        let old = fake_tools("6.1.0", "1.47.4");
+        let e = find_tools(Some(old.path()), Path::new("/nonexistent")).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("--mkfs-tools") && e.contains("6.1.0") && e.contains("6.19.0"),
+            "{e}"
+        );
+        let old_e2 = fake_tools("7.2.0", "1.47.0");
+        let e = format!(
+            "{:#}",
+            find_tools(Some(old_e2.path()), Path::new("/x")).unwrap_err()
+        );
+        assert!(e.contains("1.47.0") && e.contains("1.47.3"), "{e}");
+        let empty = tempfile::tempdir().unwrap();
+        let e = format!(
+            "{:#}",
+            find_tools(Some(empty.path()), Path::new("/x")).unwrap_err()
+        );
+        assert!(e.contains(&empty.path().display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_mkfs_root_entry_is_found_under_its_cache_and_its_packages_named() {
+        let cache = tempfile::tempdir().unwrap();
+        let entry = cache.path().join("mkfs-root/0123456789abcdef");
+        std::fs::create_dir_all(&entry).unwrap();
+        let bin = fake_tools("7.2.0", "1.47.4");
+        std::fs::rename(bin.path(), entry.join("bin")).unwrap();
+        std::fs::write(
+            entry.join("VERSIONS"),
+            "e2fsprogs 1.47.4-1+b2\nxfsprogs 7.2.0-1\nsuite=forky mirror=http://deb.debian.org/debian\n",
+        )
+        .unwrap();
+        let t = entry_tools(&cache.path().join("mkfs-root")).unwrap();
+        assert_eq!(t.share.as_deref(), Some(entry.as_path()));
+        assert!(
+            t.source
+                .contains("forky's xfsprogs 7.2.0-1, e2fsprogs 1.47.4-1+b2"),
+            "{}",
+            t.source
+        );
+        assert!(search_path(cache.path()).contains(&cache.path().join("mkfs-root")));
+    }
     use crate::disk::layout::PARTITIONS;
     #[test]
     fn kernel_versions_gate_features() {

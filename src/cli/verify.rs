@@ -1,0 +1,25 @@
+//! `verify` arguments. Handled by `commands::verify`.
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// A `generate` output directory (its meta.json, stream.json and
+    /// SHA256SUMS).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The release to rebuild from. Default: meta.json's
+    /// `release-payload.image`, and its digest must match.
+    #[arg(value_name = "RELEASE")]
+    pub release: Option<String>,
+    /// Where the rebuild is written (kept when it differs, for a closer
+    /// look). Default: a directory beside DIR, removed when all match.
+    #[arg(long, value_name = "DIR")]
+    pub rebuild_dir: Option<PathBuf>,
+    /// More `generate` flags for the rebuild, after `--` (--os-stream,
+    /// --cache-dir, --backend, --registry-config, --mkfs-tools...). The
+    /// platforms, --arch, --compress, --base-url and --no-ostree-archive
+    /// are read from DIR.
+    #[arg(last = true, value_name = "GENERATE-FLAGS")]
+    pub generate_flags: Vec<String>,
+}
