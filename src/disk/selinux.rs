@@ -260,28 +260,10 @@ fn would_relabel(line: &str) -> Option<(&str, &str)> {
 /// libselinux's `lsetfilecon` writes it: the `security.selinux` extended
 /// attribute, the context with its terminating NUL.
 fn set_context(path: &Path, context: &str) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .with_context(|| format!("{} holds a NUL byte", path.display()))?;
     let mut value = context.as_bytes().to_vec();
     value.push(0);
-    // SAFETY: `c_path` and the attribute name are NUL-terminated strings
-    // that outlive the call; `value` is a live buffer of `value.len()`
-    // bytes, only read.
-    let rc = unsafe {
-        libc::lsetxattr(
-            c_path.as_ptr(),
-            c"security.selinux".as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("labelling {} {context}", path.display()));
-    }
-    Ok(())
+    crate::sys::fsmeta::set_xattr(path, &c"security.selinux".into(), &value)
+        .with_context(|| format!("labelling {} {context}", path.display()))
 }
 
 /// How many files `setfiles -v` said it relabelled (`Relabeled <path> from
