@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build fixtures demo test test-fast fresh-machine lint fmt clean bench bench-deploy bench-vsphere bench-registry image install fuzz chaos
+.PHONY: all deps build fixtures demo test test-fast fresh-machine lint fmt clean bench bench-deploy bench-mkfs bench-vsphere bench-registry image install fuzz chaos
 
 all: build
 
@@ -32,7 +32,8 @@ demo: build
 # Benchmark at real size (not part of `make test`; tens of minutes): the
 # --large test OS (BENCH_EXTRA_MB MiB of payload, default 2560), `generate all`
 # per stage against the standard tools on the same disk, then the deploy
-# before/after and the vSphere upload against curl. Prints tables and
+# before/after, the base disk's mkfs before/after (issue 45) and the
+# vSphere upload against curl. Prints tables and
 # appends one JSON line to bench/results.jsonl. BENCH_PLATFORMS narrows the
 # run (e.g. "metal live": about 15 GB of disk instead of about 30).
 BENCH_PLATFORMS ?= all
@@ -40,7 +41,8 @@ bench: build
 	fx=$$(bash fixtures/build.sh --large) && \
 	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --platforms "$(BENCH_PLATFORMS)" && \
 	if grep -q release_faithful "$$fx/fixture.json"; then \
-	  $(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy; fi
+	  $(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy; fi && \
+	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --compare-mkfs
 	$(MAKE) bench-vsphere
 	$(MAKE) bench-registry
 
@@ -49,6 +51,12 @@ bench: build
 bench-deploy: build
 	fx=$$(bash fixtures/build.sh --large) && \
 	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release-faithful" --compare-deploy
+
+# Issue 45's before/after alone: the base disk written by the kernel (no
+# mkfs tools) against made by mkfs from the stage, on the large test OS.
+bench-mkfs: build
+	fx=$$(bash fixtures/build.sh --large) && \
+	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --compare-mkfs
 
 # vSphere upload throughput against curl -T of the same VMDK to the same
 # simulator (tests/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).

@@ -66,9 +66,11 @@ fn main() -> Result<()> {
     let mut single = true;
     let mut platforms = "all".to_string();
     let mut compare_deploy = false;
+    let mut compare_mkfs = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--compare-deploy" => compare_deploy = true,
+            "--compare-mkfs" => compare_mkfs = true,
             "--work" => work = PathBuf::from(args.next().context("--work DIR")?),
             "--results" => results = PathBuf::from(args.next().context("--results FILE")?),
             "--no-single" => single = false,
@@ -105,6 +107,9 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&work)?;
     if compare_deploy {
         return compare_deploys(&tool, &release, &work, &results);
+    }
+    if compare_mkfs {
+        return compare_mkfs_paths(&tool, &release, &work, &results);
     }
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -634,6 +639,93 @@ fn compare_deploys(tool: &Path, release: &str, work: &Path, results: &Path) -> R
             "run_wall_s": run.wall,
         })).collect::<Vec<_>>(),
         "ratio_wall": a / b,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(results)?;
+    writeln!(f, "{line}")?;
+    Ok(())
+}
+
+/// Issue 45's before/after: the base disk (partition, filesystems, the OS
+/// deployed, bootloaders, labels) as before, written by the kernel through
+/// loop mounts (no mkfs tools found: `BOOTIMAGE_CACHE` at an empty
+/// directory, this host's mkfs too old), and now, deployed into stage
+/// filesystems and made from them by `mkfs.xfs -p`/`mke2fs -d`. One warm
+/// cache (imported once), `metal`, three rounds alternating; prints the
+/// base-disk stage's wall and CPU times and their medians, appends one JSON
+/// line to `results`.
+fn compare_mkfs_paths(tool: &Path, release: &str, work: &Path, results: &Path) -> Result<()> {
+    let cache = work.join("cache");
+    let empty = work.join("no-mkfs-tools");
+    std::fs::create_dir_all(&empty)?;
+    eprintln!("bench: warming the cache (import of {release})");
+    generate(tool, release, "metal", &cache, &work.join("out-warm"))?;
+    let labels = ["before (kernel writes)", "after (mkfs from stage)"];
+    let mut walls: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut cpus: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..3 {
+        for k in 0..2 {
+            // Edition 2021, one thread: the child inherits it.
+            if k == 0 {
+                std::env::set_var("BOOTIMAGE_CACHE", &empty);
+            } else {
+                std::env::remove_var("BOOTIMAGE_CACHE");
+            }
+            let out = work.join(format!("out-{k}-{round}"));
+            let (_, stages) = generate(tool, release, "metal", &cache, &out)?;
+            std::fs::remove_dir_all(&out).ok();
+            let (w, c) = stages
+                .iter()
+                .filter(|s| s.name == "base disk")
+                .fold((0.0, 0.0), |a, s| (a.0 + s.wall, a.1 + s.cpu));
+            eprintln!(
+                "bench: round {round} {}: base disk {w:.2} s wall, {c:.2} s CPU",
+                labels[k]
+            );
+            walls[k].push(w);
+            cpus[k].push(c);
+        }
+    }
+    std::env::remove_var("BOOTIMAGE_CACHE");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!("\nbase disk of {release} (metal), warm cache, 3 rounds:");
+    println!(
+        "{:<26} {:>28} {:>12} {:>12}",
+        "", "wall per round (s)", "median wall", "median CPU"
+    );
+    for k in 0..2 {
+        println!(
+            "{:<26} {:>28} {:>11.2}s {:>11.2}s",
+            labels[k],
+            walls[k]
+                .iter()
+                .map(|w| format!("{w:.2}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            median(&walls[k]),
+            median(&cpus[k])
+        );
+    }
+    let ratio = median(&walls[1]) / median(&walls[0]);
+    println!(
+        "after/before (median wall): {ratio:.2} ({:+.1} %)",
+        (ratio - 1.0) * 100.0
+    );
+    if let Some(d) = results.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let line = json!({
+        "kind": "mkfs-from-stage",
+        "release": release,
+        "before_wall_s": walls[0], "after_wall_s": walls[1],
+        "before_cpu_s": cpus[0], "after_cpu_s": cpus[1],
+        "ratio_wall": ratio,
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -240,6 +240,15 @@ fn privileged_runs_loopback_and_its_disk_boots() {
     assert_eq!(dry_run_backend(&["--privileged"], "auto").0, "loopback");
     let g = generate("privileged", &["--privileged"], &[]).unwrap_or_else(|e| panic!("{e}"));
     assert!(g.log.contains("backend loopback"), "{}", g.log);
+    // The image carries the mkfs that makes the filesystems reproducibly
+    // (docs/contract.md §9), where the tool looks for it.
+    assert!(
+        g.log
+            .contains("root and boot made from the staged tree by mkfs.xfs")
+            && g.log.contains("/usr/lib/bootimage-gen/mkfs-root/"),
+        "the image's run did not use the image's mkfs:\n{}",
+        g.log
+    );
     boots(&g);
     eprintln!("privileged (loopback): {:.1} s", g.secs);
 }

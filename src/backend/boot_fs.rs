@@ -66,7 +66,7 @@ impl DiskJob {
             Some(t) => {
                 drop(crate::io::create_sized(&part, boot_p.size)?);
                 let whole = Placed {
-                    spec: boot_p.spec.clone(),
+                    spec: boot_p.spec,
                     start: 0,
                     size: boot_p.size,
                 };

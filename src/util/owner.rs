@@ -111,6 +111,12 @@ pub fn read_pidfile(path: &Path) -> Option<Owner> {
 /// `cmd`, where every command is spawned).
 pub use super::cmd::die_with_parent;
 
+/// Does this process run as root (effective UID 0)?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,10 +159,4 @@ mod tests {
         // Our own stat: the name is ours, the field count must still work.
         assert!(start_time(std::process::id()).unwrap() > 0);
     }
-}
-
-/// Does this process run as root (effective UID 0)?
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
