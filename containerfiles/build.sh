@@ -67,7 +67,14 @@ else
   input=$(cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 fi
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-key=$({ cat containerfiles/Containerfile "${mkfs_scripts[@]}"; echo "$base $target"; echo "$input"; } | hash)
+# The host's apt checks Release files' Valid-Until, or not (a snapshot
+# mirror): the image's build does as the host does (the Containerfile's
+# APT_CHECK_VALID_UNTIL).
+valid_until=true
+if apt-config dump 2>/dev/null | grep -qi '^Acquire::Check-Valid-Until "false"'; then
+  valid_until=false
+fi
+key=$({ cat containerfiles/Containerfile "${mkfs_scripts[@]}"; echo "$base $target $valid_until"; echo "$input"; } | hash)
 tag=$IMAGE:$key
 
 # Compiling fetches crates: trust what this host trusts (a site proxy's CA).
@@ -82,6 +89,7 @@ else
   podman build "${PODMAN_BUILD_FLAGS[@]}" --layers \
     -f containerfiles/Containerfile --target "$target" \
     --build-arg "BASE=$base" --build-arg "BOOTIMAGE_GEN_GIT_COMMIT=$commit" \
+    --build-arg "APT_CHECK_VALID_UNTIL=$valid_until" \
     -t "$tag" "$ctx" >&2
   # Earlier tags of ours go (their layers stay in podman's cache until
   # `podman image prune`).

@@ -424,9 +424,11 @@ fn kernel_boot_live_pxe_uefi() {
 #[test]
 fn fail_line_is_an_error_with_the_log_at_once() {
     // Disk mode (ostree= karg) with no disk, waiting 1 s for it.
+    // no_timer_check: the guest is the vehicle of the FAIL line; the x86
+    // timer check a loaded host fails is an emulator fault of its own.
     let r = boot(
         &[pxe_kernel_without_rootfs(
-            "console=ttyS0 ostree=/ostree/boot.1/x/y/0 bootimage.wait=1",
+            "console=ttyS0 ostree=/ostree/boot.1/x/y/0 bootimage.wait=1 no_timer_check",
         )],
         Firmware::Bios,
         t(),
@@ -443,13 +445,13 @@ fn fail_line_is_an_error_with_the_log_at_once() {
         e.contains("initramfs: disk: waiting for the filesystem labelled 'root'"),
         "{e}"
     );
-    let secs: f64 = e
-        .split("failed after ")
-        .nth(1)
-        .and_then(|s| s.split(" s:").next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no duration in {e}"));
-    assert!(secs < 60.0, "FAIL took {secs} s to notice");
+    // "At once": the FAIL line stopped the boot, not the timeout (which
+    // check stopped it, not how long it took: a loaded host stretches
+    // every boot; the guide keeps speed in `make bench`).
+    assert!(
+        e.contains("the test OS failed") && !e.contains("timed out after"),
+        "{e}"
+    );
     let console = e.split("--- console log").nth(1).unwrap();
     assert!(console.lines().count() <= 63, "{console}");
 }

@@ -138,6 +138,25 @@ fn sigint_while_making_filesystems() {
     });
 }
 
+/// Between the stage and the base disk's filesystems (docs/contract.md §9):
+/// the staged root mounted, its loop device and the base disk's root
+/// partition's attached; all released, nothing left.
+#[test]
+fn sigint_while_making_the_filesystems_from_the_stage() {
+    interrupt_at("mkfs-from-stage", libc::SIGINT, 130, |_, cache| {
+        assert_eq!(
+            mounts_under(cache).len(),
+            1,
+            "the staged root is mounted at this point"
+        );
+        assert_eq!(
+            loops_under(cache).len(),
+            2,
+            "the staged root's and the base root partition's loop devices exist at this point"
+        );
+    });
+}
+
 #[test]
 fn sigint_during_deploy() {
     interrupt_at("deploy", libc::SIGINT, 130, |_, cache| {

@@ -133,38 +133,37 @@ impl DiskJob {
         // it, and read back from the disk, as shipped, from here on.
         let made = self.final_filesystems(&path, &layout, root_m, boot_m)?;
         r.note(&format!("filesystems: {made}"));
-        let (root_m, boot_m) = self.mount_base(&path, &layout)?;
-        let tree = root_m.path().join(&dep.deploy_dir);
-        let efi_src = tree.join(OS_EFI_DIR);
-        // The extents of the ostree objects on the base disk's root and
-        // boot (the osmet files are packed from them).
-        let (extent_map, map) = match &self.live {
-            Some(_) => {
+        // The live files and the osmet extents are read from the base
+        // disk's filesystems, as shipped (mounted read-only for them only).
+        let (extent_map, map, live) = match &self.live {
+            Some(l) => {
+                let (root_m, boot_m) = self.mount_base(&path, &layout)?;
+                let tree = root_m.path().join(&dep.deploy_dir);
+                let efi_src = tree.join(OS_EFI_DIR);
+                // The extents of the ostree objects on the base disk's root
+                // and boot (the osmet files are packed from them).
                 let (p, m) = self.extent_map(root_m.path(), boot_m.path(), r)?;
-                (Some(p), Some(m))
+                boot_m.close()?;
+                let live = self.live_stage(
+                    l,
+                    r,
+                    &LiveTreeSrc {
+                        disk: &file,
+                        layout: &layout,
+                        root: root_m.path(),
+                        tree: &tree,
+                        efi: installed.efi.as_ref().map(|(vendor, stub)| LiveEfi {
+                            src: &efi_src,
+                            vendor,
+                            esp_files: stub,
+                        }),
+                    },
+                )?;
+                root_m.close()?;
+                (Some(p), Some(m), Some(live))
             }
-            None => (None, None),
+            None => (None, None, None),
         };
-        boot_m.close()?;
-        let live = match &self.live {
-            Some(l) => Some(self.live_stage(
-                l,
-                r,
-                &LiveTreeSrc {
-                    disk: &file,
-                    layout: &layout,
-                    root: root_m.path(),
-                    tree: &tree,
-                    efi: installed.efi.as_ref().map(|(vendor, stub)| LiveEfi {
-                        src: &efi_src,
-                        vendor,
-                        esp_files: stub,
-                    }),
-                },
-            )?),
-            None => None,
-        };
-        root_m.close()?;
         step.done(&format!(
             "{} MiB disk, {} MiB of OS content, kernel {}",
             d.metal_size >> 20,
