@@ -126,6 +126,11 @@ lists=(/var/lib/apt/lists/*_Packages)
 # The machine trusts what this host trusts (a site proxy's CA for crates.io
 # and PyPI, if any), as a machine of this kind does out of the box.
 [ ! -s /run/host-ca.crt ] || cat /run/host-ca.crt > /etc/ssl/certs/ca-certificates.crt
+# Likewise its apt: whether it checks Release files' Valid-Until, as this
+# host's does (a snapshot mirror, whose testing suite has expired, is
+# reached with the check off; scripts/mkfs-root.sh reads forky from it).
+[ "${HOST_APT_CHECK_VALID_UNTIL:-true}" = true ] ||
+  echo 'Acquire::Check-Valid-Until "false";' > /etc/apt/apt.conf.d/99host-valid-until
 sed -i -e 's/^Version: .*/&~stale1/' -e 's|^Filename: .*|&.gone|' "${lists[@]}"
 rm -f /var/lib/apt/lists/*Release /var/lib/apt/lists/*Release.gpg /var/lib/apt/lists/*InRelease
 echo "fresh-machine: stale lists: qemu-utils $(apt-cache policy qemu-utils | awk '/Candidate:/ {print $2}')"
@@ -151,6 +156,10 @@ for goal in "$@"; do
   [ "$rc" = 0 ] || exit "$rc"
 done
 EOF
+valid_until=true
+if apt-config dump 2>/dev/null | grep -qi '^Acquire::Check-Valid-Until "false"'; then
+  valid_until=false
+fi
 say "podman run $image: make ${goals[*]}"
 set +e
 podman run --name "$name" --rm --privileged --runtime runc \
@@ -161,7 +170,7 @@ podman run --name "$name" --rm --privileged --runtime runc \
   -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro \
   -e PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   -e RUSTUP_HOME=/root/.rustup -e CARGO_HOME=/root/.cargo -e HOME=/root \
-  -e BOOTIMAGE_CACHE=/var/cache/bootimage-gen \
+  -e BOOTIMAGE_CACHE=/var/cache/bootimage-gen -e HOST_APT_CHECK_VALID_UNTIL="$valid_until" \
   "$image" bash /run.sh "$inside" "${goals[@]}" | tee "$work/log"
 rc=${PIPESTATUS[0]}
 set -e

@@ -97,7 +97,7 @@ else
 fi
 # Resolved again only when the lists changed.
 [ "$(stamp)" = "$before" ] || versions=$(closure)
-whole || { echo "$me: no xfsprogs/e2fsprogs in Debian $suite ($mirror)" >&2; exit 1; }
+whole || { echo "$me: no xfsprogs/e2fsprogs from Debian $suite ($mirror): its package lists could not be read (apt's reason above; an expired Release file means a snapshot mirror: Acquire::Check-Valid-Until \"false\" in apt's configuration, or BOOTIMAGE_MKFS_MIRROR)" >&2; exit 1; }
 flock -u 8
 
 key=$( { echo "$versions"; cat "$0"; } | sha256sum | cut -c1-16)
