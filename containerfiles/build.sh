@@ -71,7 +71,9 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # mirror): the image's build does as the host does (the Containerfile's
 # APT_CHECK_VALID_UNTIL).
 valid_until=true
-if apt-config dump 2>/dev/null | grep -qi '^Acquire::Check-Valid-Until "false"'; then
+# (grep reads it all: with -q it would stop at the first match, apt-config
+# would die of SIGPIPE, and pipefail would make the match a miss.)
+if apt-config dump 2>/dev/null | grep -i '^Acquire::Check-Valid-Until "false"' >/dev/null; then
   valid_until=false
 fi
 key=$({ cat containerfiles/Containerfile "${mkfs_scripts[@]}"; echo "$base $target $valid_until"; echo "$input"; } | hash)

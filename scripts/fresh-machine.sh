@@ -157,7 +157,9 @@ for goal in "$@"; do
 done
 EOF
 valid_until=true
-if apt-config dump 2>/dev/null | grep -qi '^Acquire::Check-Valid-Until "false"'; then
+# (grep reads it all: with -q it would stop at the first match, apt-config
+# would die of SIGPIPE, and pipefail would make the match a miss.)
+if apt-config dump 2>/dev/null | grep -i '^Acquire::Check-Valid-Until "false"' >/dev/null; then
   valid_until=false
 fi
 say "podman run $image: make ${goals[*]}"
