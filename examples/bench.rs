@@ -497,14 +497,7 @@ fn main() -> Result<()> {
             "peak_rss_bytes": r.peak_rss, "all_over_single": all_run.wall / r.wall})),
         "notes": notes,
     });
-    if let Some(d) = results.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&results)?;
-    writeln!(f, "{record}")?;
+    append_result(&results, &record)?;
     eprintln!("bench: appended to {}", results.display());
     Ok(())
 }
@@ -626,9 +619,6 @@ fn compare_deploys(tool: &Path, release: &str, work: &Path, results: &Path) -> R
         a / b,
         (a / b - 1.0) * 100.0
     );
-    if let Some(d) = results.parent() {
-        std::fs::create_dir_all(d)?;
-    }
     let line = json!({
         "kind": "self-install",
         "release": release,
@@ -640,12 +630,7 @@ fn compare_deploys(tool: &Path, release: &str, work: &Path, results: &Path) -> R
         })).collect::<Vec<_>>(),
         "ratio_wall": a / b,
     });
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(results)?;
-    writeln!(f, "{line}")?;
-    Ok(())
+    append_result(results, &line)
 }
 
 /// Issue 45's before/after: the base disk (partition, filesystems, the OS
@@ -717,9 +702,6 @@ fn compare_mkfs_paths(tool: &Path, release: &str, work: &Path, results: &Path) -
         "after/before (median wall): {ratio:.2} ({:+.1} %)",
         (ratio - 1.0) * 100.0
     );
-    if let Some(d) = results.parent() {
-        std::fs::create_dir_all(d)?;
-    }
     let line = json!({
         "kind": "mkfs-from-stage",
         "release": release,
@@ -727,6 +709,14 @@ fn compare_mkfs_paths(tool: &Path, release: &str, work: &Path, results: &Path) -
         "before_cpu_s": cpus[0], "after_cpu_s": cpus[1],
         "ratio_wall": ratio,
     });
+    append_result(results, &line)
+}
+
+/// Append one JSON line to the results file (its directory made).
+fn append_result(results: &Path, line: &serde_json::Value) -> Result<()> {
+    if let Some(d) = results.parent() {
+        std::fs::create_dir_all(d)?;
+    }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
