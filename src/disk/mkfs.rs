@@ -93,6 +93,14 @@ fn ask_host(fs: Fs) -> bool {
     }
 }
 
+/// The filesystem UUID and label of `part` (the layout table's).
+fn fs_ids(part: &PartSpec) -> Result<(&'static str, &'static str)> {
+    let uuid = part
+        .fs_uuid
+        .context("filesystem UUID in the layout table")?;
+    Ok((uuid, part.fs_label.unwrap_or(part.label)))
+}
+
 /// The mkfs command for `part` on `dev`, for an OS running `kernel`.
 pub fn command(part: &PartSpec, dev: &Path, kernel: &str) -> Result<std::process::Command> {
     let k = kernel_release(kernel);
@@ -101,10 +109,7 @@ pub fn command(part: &PartSpec, dev: &Path, kernel: &str) -> Result<std::process
         .filter(|g| g.fs == part.fs && k < g.since && host_knows(g))
         .map(|g| g.off)
         .collect();
-    let label = part.fs_label.unwrap_or(part.label);
-    let uuid = part
-        .fs_uuid
-        .context("filesystem UUID in the layout table")?;
+    let (uuid, label) = fs_ids(part)?;
     let mut c = match part.fs {
         Fs::Ext4 => {
             let mut features = vec!["metadata_csum_seed"];
@@ -435,10 +440,7 @@ pub fn xfs_from_dir(
 ) -> Result<std::process::Command> {
     let k = kernel_release(kernel);
     let new = |since| if k >= since { "1" } else { "0" };
-    let uuid = part
-        .fs_uuid
-        .context("filesystem UUID in the layout table")?;
-    let label = part.fs_label.unwrap_or(part.label);
+    let (uuid, label) = fs_ids(part)?;
     let mut c = std::process::Command::new(&t.mkfs_xfs);
     pinned(&mut c, time);
     c.args(["-q", "-f", "-K"])
@@ -495,10 +497,7 @@ pub fn ext4_from_dir(
     config: &Path,
     time: i64,
 ) -> Result<std::process::Command> {
-    let uuid = part
-        .fs_uuid
-        .context("filesystem UUID in the layout table")?;
-    let label = part.fs_label.unwrap_or(part.label);
+    let (uuid, label) = fs_ids(part)?;
     let mut c = std::process::Command::new(&t.mke2fs);
     pinned(&mut c, time);
     c.env("MKE2FS_CONFIG", config)
