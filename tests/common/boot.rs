@@ -43,6 +43,7 @@
 #![allow(dead_code)]
 
 use super::guards::ChildGuard;
+use super::qmp::Qmp;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -79,11 +80,19 @@ const PANIC_GRACE: Duration = Duration::from_secs(3);
 /// After a kernel oops (the kernel may carry on), how long to wait for the
 /// marker before calling the attempt failed.
 const OOPS_GRACE: Duration = Duration::from_secs(30);
-/// Console silence that ends an attempt as stalled: longer than any quiet
-/// phase of a good boot here (GRUB reading a live initramfs from an
-/// emulated USB disk took 40 s on CI's machine).
+/// Console silence with no disk request that ends an attempt as stalled:
+/// longer than any phase of a good boot here that neither prints nor
+/// reads (GRUB reading a live initramfs from an emulated USB disk took
+/// 40 s on CI's machine, reads included). Disk requests count as life:
+/// SeaBIOS and GRUB on a metal disk print nothing at all before the
+/// test OS's marker, and under a loaded CI host (several TCG guests on 2
+/// cores) that took over 150 s, so the console alone called a slow boot
+/// stalled (CI, stop 49: twice in a row).
 const STALL: Duration = Duration::from_secs(150);
 const POLL: Duration = Duration::from_millis(50);
+/// How often the disks' request counts are read (QMP); also how long an
+/// answer may take.
+const DISK_POLL: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Firmware {
@@ -613,6 +622,7 @@ impl Vm {
             &serial,
             &fw_log,
             &qemu_out,
+            &qmp_socket(tmp.path()),
             self.timeout,
             self.stall,
         );
@@ -785,6 +795,11 @@ impl Vm {
             "-display",
             "none",
             "-no-reboot",
+        ]);
+        // The disks' request counts, for the stall checks (run_qemu).
+        push(&[
+            "-qmp",
+            &format!("unix:{},server=on,wait=off", qemu_path(&qmp_socket(tmp))?),
         ]);
         if z {
             // No serial port on s390x: the SCLP console into the log.
@@ -1095,15 +1110,20 @@ enum Outcome {
     },
     /// The guest kernel oopsed (its line) and no marker followed.
     Oops(String),
-    /// The console said nothing for `quiet`, from when it last grew.
+    /// The console said nothing and the guest made no disk request for
+    /// `quiet`, from when the console last grew (`last_output`) or a disk
+    /// was last used (`last_io`), whichever was later.
     Stalled {
         last_output: Duration,
+        last_io: Option<Duration>,
         quiet: Duration,
     },
-    /// The console stayed empty for `quiet` after SeaBIOS handed over to
-    /// a boot sector at `handed_over` (from qemu's start).
+    /// The console stayed empty after SeaBIOS handed over to a boot
+    /// sector at `handed_over` (from qemu's start), and the guest made no
+    /// disk request for `quiet` from then or from `last_io`.
     SilentLoader {
         handed_over: Duration,
+        last_io: Option<Duration>,
         quiet: Duration,
     },
 }
@@ -1119,19 +1139,40 @@ impl Outcome {
             Outcome::Panic(line) if emulation_panic(line) => Some(format!(
                 "the guest kernel's timer check failed under emulation ({line})"
             )),
-            Outcome::Stalled { last_output, quiet } => Some(format!(
-                "the console went silent at {:.0} s for {:.0} s",
+            Outcome::Stalled {
+                last_output,
+                last_io,
+                quiet,
+            } => Some(format!(
+                "the console went silent at {:.0} s and the guest used no disk for {:.0} s{}",
                 last_output.as_secs_f64(),
-                quiet.as_secs_f64()
-            )),
-            Outcome::SilentLoader { handed_over, quiet } => Some(format!(
-                "the console stayed empty for {:.0} s after the firmware handed over to the boot sector at {:.0} s",
                 quiet.as_secs_f64(),
-                handed_over.as_secs_f64()
+                last_disk_use(*last_io)
+            )),
+            Outcome::SilentLoader {
+                handed_over,
+                last_io,
+                quiet,
+            } => Some(format!(
+                "the console stayed empty after the firmware handed over to the boot sector at {:.0} s, and the guest used no disk for {:.0} s{}",
+                handed_over.as_secs_f64(),
+                quiet.as_secs_f64(),
+                last_disk_use(*last_io)
             )),
             _ => None,
         }
     }
+}
+
+/// " (last at N s)", or nothing when the guest was not seen using a disk.
+fn last_disk_use(t: Option<Duration>) -> String {
+    t.map(|t| format!(" (last at {:.0} s)", t.as_secs_f64()))
+        .unwrap_or_default()
+}
+
+/// The QMP socket of a boot whose files are in `tmp`.
+fn qmp_socket(tmp: &Path) -> PathBuf {
+    tmp.join("qmp.sock")
 }
 
 /// A failed attempt: why one more may pass (empty: it would not), and
@@ -1154,7 +1195,8 @@ struct Scan {
     oops: Option<String>,
     no_boot: Option<String>,
     /// SeaBIOS jumped to a boot sector (a disk's or a CD's): from here on
-    /// the boot loader writes to the console.
+    /// the boot loader runs (and may print nothing: GRUB on a metal disk
+    /// does not).
     handed_over: bool,
 }
 
@@ -1267,6 +1309,7 @@ fn run_qemu(
     serial: &Path,
     fw_log: &Path,
     qemu_out: &Path,
+    qmp_path: &Path,
     timeout: Duration,
     stall: Duration,
 ) -> Result<Run, String> {
@@ -1299,6 +1342,10 @@ fn run_qemu(
     let mut oops_at: Option<Instant> = None;
     let mut last_output: Option<Duration> = None;
     let mut handed_over: Option<Duration> = None;
+    let mut qmp: Option<Qmp> = None;
+    let mut disk_requests: Option<u64> = None;
+    let mut last_io: Option<Duration> = None;
+    let mut last_ask = start;
     let outcome = loop {
         let exited = guard.try_wait();
         // Read after try_wait: once qemu has exited, everything it wrote is in.
@@ -1313,6 +1360,24 @@ fn run_qemu(
             }
         }
         let now = Instant::now();
+        if now - last_ask >= DISK_POLL {
+            last_ask = now;
+            if qmp.is_none() {
+                qmp = Qmp::connect(qmp_path, DISK_POLL);
+            }
+            match qmp.as_mut().map(Qmp::disk_requests) {
+                Some(Some(n)) => {
+                    if disk_requests.is_some_and(|m| m != n) {
+                        last_io = Some(start.elapsed());
+                    }
+                    disk_requests = Some(n);
+                }
+                Some(None) => qmp = None,
+                None => {}
+            }
+        }
+        // Quiet: no console output and no disk request since `t`.
+        let quiet_since = |t: Duration| now - start > t.max(last_io.unwrap_or_default()) + stall;
         if let Some(reason) = &s.fail {
             break Outcome::Fail(reason.clone());
         }
@@ -1339,16 +1404,18 @@ fn run_qemu(
                 break Outcome::Oops(line.clone());
             }
         } else if let Some(t) = last_output {
-            if now - start > t + stall {
+            if quiet_since(t) {
                 break Outcome::Stalled {
                     last_output: t,
+                    last_io,
                     quiet: stall,
                 };
             }
         } else if let Some(t) = handed_over {
-            if now - start > t + stall {
+            if quiet_since(t) {
                 break Outcome::SilentLoader {
                     handed_over: t,
+                    last_io,
                     quiet: stall,
                 };
             }

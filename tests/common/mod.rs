@@ -8,6 +8,7 @@ pub mod cosign;
 pub mod faults;
 pub mod guards;
 pub mod labels;
+pub mod qmp;
 pub mod scratch;
 pub mod tekton;
 #[allow(unused_imports)] // not every target uses every guard
