@@ -608,29 +608,18 @@ impl Vm {
             .prefix("bootimage-boot-")
             .tempdir()
             .map_err(|e| plain(format!("creating a temp dir: {e}")))?;
-        let serial = tmp.path().join("serial.log");
-        let qemu_out = tmp.path().join("qemu.out");
-        let fw_log = tmp.path().join("firmware.log");
+        let files = BootFiles::in_dir(tmp.path());
         let args = self
-            .qemu_args(&name, tmp.path(), &serial, &fw_log)
+            .qemu_args(&name, tmp.path(), &files)
             .map_err(|e| plain(format!("boot {name}: {e}")))?;
         let bin = qemu_binary(self.firmware);
         let command = shell_join(&bin, &args);
-        let run = run_qemu(
-            &bin,
-            &args,
-            &serial,
-            &fw_log,
-            &qemu_out,
-            &qmp_socket(tmp.path()),
-            self.timeout,
-            self.stall,
-        );
+        let run = run_qemu(&bin, &args, &files, self.timeout, self.stall);
         if let Ok(dir) = std::env::var("BOOTIMAGE_TEST_BOOT_LOGS") {
             let _ = fs::create_dir_all(&dir);
-            let _ = fs::copy(&serial, Path::new(&dir).join(format!("{name}.log")));
+            let _ = fs::copy(&files.serial, Path::new(&dir).join(format!("{name}.log")));
             let _ = fs::copy(
-                &fw_log,
+                &files.fw_log,
                 Path::new(&dir).join(format!("{name}.firmware.log")),
             );
         }
@@ -645,11 +634,13 @@ impl Vm {
         self.record(&outcome, elapsed, retry_of);
         let fault = outcome.emulator_fault().filter(|_| retry_of.is_none());
         if fault.is_some() {
-            keep_for_the_suite(&name, &serial, &fw_log, &qemu_out);
+            keep_for_the_suite(&name, &files);
         }
         let fail = |reason: String| {
-            let out = fs::read_to_string(&qemu_out).unwrap_or_default();
-            let fw = fs::read(&fw_log).map(|b| clean(&b)).unwrap_or_default();
+            let out = fs::read_to_string(&files.qemu_out).unwrap_or_default();
+            let fw = fs::read(&files.fw_log)
+                .map(|b| clean(&b))
+                .unwrap_or_default();
             Retry(
                 fault.clone().unwrap_or_default(),
                 failure_text(
@@ -757,13 +748,8 @@ impl Vm {
 
     /// The qemu arguments (without the binary). Files the VM needs (OVMF
     /// vars, a concatenated initrd) are written to `tmp`.
-    fn qemu_args(
-        &self,
-        name: &str,
-        tmp: &Path,
-        serial: &Path,
-        fw_log: &Path,
-    ) -> Result<Vec<String>, String> {
+    fn qemu_args(&self, name: &str, tmp: &Path, files: &BootFiles) -> Result<Vec<String>, String> {
+        let (serial, fw_log) = (&files.serial, &files.fw_log);
         let mut a: Vec<String> = Vec::new();
         let mut push = |v: &[&str]| a.extend(v.iter().map(|s| s.to_string()));
         let arm = self.firmware == Firmware::Aavmf;
@@ -799,7 +785,7 @@ impl Vm {
         // The disks' request counts, for the stall checks (run_qemu).
         push(&[
             "-qmp",
-            &format!("unix:{},server=on,wait=off", qemu_path(&qmp_socket(tmp))?),
+            &format!("unix:{},server=on,wait=off", qemu_path(&files.qmp)?),
         ]);
         if z {
             // No serial port on s390x: the SCLP console into the log.
@@ -1170,9 +1156,27 @@ fn last_disk_use(t: Option<Duration>) -> String {
         .unwrap_or_default()
 }
 
-/// The QMP socket of a boot whose files are in `tmp`.
-fn qmp_socket(tmp: &Path) -> PathBuf {
-    tmp.join("qmp.sock")
+/// The files of one boot attempt, in its temp dir.
+struct BootFiles {
+    /// The guest's serial console.
+    serial: PathBuf,
+    /// SeaBIOS's debug port.
+    fw_log: PathBuf,
+    /// qemu's own stdout and stderr.
+    qemu_out: PathBuf,
+    /// qemu's QMP socket.
+    qmp: PathBuf,
+}
+
+impl BootFiles {
+    fn in_dir(tmp: &Path) -> BootFiles {
+        BootFiles {
+            serial: tmp.join("serial.log"),
+            fw_log: tmp.join("firmware.log"),
+            qemu_out: tmp.join("qemu.out"),
+            qmp: tmp.join("qmp.sock"),
+        }
+    }
 }
 
 /// A failed attempt: why one more may pass (empty: it would not), and
@@ -1306,13 +1310,11 @@ impl Tail {
 fn run_qemu(
     bin: &str,
     args: &[String],
-    serial: &Path,
-    fw_log: &Path,
-    qemu_out: &Path,
-    qmp_path: &Path,
+    files: &BootFiles,
     timeout: Duration,
     stall: Duration,
 ) -> Result<Run, String> {
+    let (serial, fw_log, qemu_out) = (&files.serial, &files.fw_log, &files.qemu_out);
     File::create(serial).map_err(|e| format!("{}: {e}", serial.display()))?;
     let out = File::create(qemu_out).map_err(|e| format!("{}: {e}", qemu_out.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
@@ -1363,7 +1365,7 @@ fn run_qemu(
         if now - last_ask >= DISK_POLL {
             last_ask = now;
             if qmp.is_none() {
-                qmp = Qmp::connect(qmp_path, DISK_POLL);
+                qmp = Qmp::connect(&files.qmp, DISK_POLL);
             }
             match qmp.as_mut().map(Qmp::disk_requests) {
                 Some(Some(n)) => {
@@ -1511,7 +1513,7 @@ fn failure_text(
 /// console, firmware log and qemu output go next to the suite's boot record
 /// (`<dir>/retried/<name>.{serial,firmware,qemu}.log`), so what the guest
 /// did is there to read after the run.
-fn keep_for_the_suite(name: &str, serial: &Path, fw_log: &Path, qemu_out: &Path) {
+fn keep_for_the_suite(name: &str, files: &BootFiles) {
     let Some(record) = std::env::var_os("SUITE_BOOT_RECORD") else {
         return;
     };
@@ -1519,7 +1521,11 @@ fn keep_for_the_suite(name: &str, serial: &Path, fw_log: &Path, qemu_out: &Path)
         return;
     };
     let _ = fs::create_dir_all(&dir);
-    for (from, what) in [(serial, "serial"), (fw_log, "firmware"), (qemu_out, "qemu")] {
+    for (from, what) in [
+        (&files.serial, "serial"),
+        (&files.fw_log, "firmware"),
+        (&files.qemu_out, "qemu"),
+    ] {
         let _ = fs::copy(from, dir.join(format!("{name}.{what}.log")));
     }
     eprintln!("boot {name}: its logs are kept in {}", dir.display());
