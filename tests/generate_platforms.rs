@@ -916,6 +916,10 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     gen(&good, None);
     let (code, text) = verify(&good, &[]);
     assert_eq!(code, Some(0), "{text}");
+    // Each disk (raw.gz, qcow2.gz, OVA) against its content manifest.
+    let (code, text) = manifest_only(&good, false);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.matches("same     ").count(), 3, "{text}");
     assert!(
         !root.join("good.verify").exists(),
         "a matching rebuild is left behind"
@@ -954,9 +958,68 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     }
     assert!(text.contains("3 of "), "{text}");
     assert!(
+        text.contains("its content manifest agrees with the rebuild's"),
+        "{text}"
+    );
+    assert!(
         root.join("changed.verify").is_dir(),
         "the differing rebuild is not kept"
     );
+    // Without rebuilding: each changed file differs from meta.json.
+    let (code, text) = manifest_only(&bad, false);
+    assert_eq!(code, Some(1), "{text}");
+    for f in &changed {
+        assert!(
+            text.contains(&format!("DIFFERS  {f}: its sha256 is")),
+            "{f} not named:\n{text}"
+        );
+    }
+    // A changed byte inside one file of the metal disk's root filesystem,
+    // the disk then written again as a good gzip: --manifest-only names
+    // the partition, and as root the path.
+    let inner = root.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    for e in std::fs::read_dir(&good).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), inner.join(e.file_name())).unwrap();
+    }
+    let metal = inner.join(meta["images"]["metal"]["path"].as_str().unwrap());
+    let raw = root.join("metal.raw");
+    gunzip(&metal, &raw);
+    let (start, len) = raw_root_extent(&raw);
+    let at =
+        find_in(&raw, start, len, b"BOOTIMAGE-TEST-OS").expect("the test OS's marker text in root");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&raw)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x20], at).unwrap();
+    }
+    must(Command::new("sh").arg("-c").arg(format!(
+        "gzip -1 -c '{}' > '{}'",
+        raw.display(),
+        metal.display()
+    )));
+    std::fs::remove_file(&raw).unwrap();
+    let (code, text) = manifest_only(&inner, false);
+    assert_eq!(code, Some(1), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("DIFFERS"))
+        .unwrap_or_default();
+    assert!(line.contains("partition root (bytes "), "{text}");
+    assert!(line.contains(" path(s) of its xfs differ: /"), "{text}");
+    assert!(line.contains("sha256 \""), "{text}");
+    assert_eq!(text.matches("same     ").count(), 2, "{text}");
+    let (code, text) = manifest_only(&inner, true);
+    assert_eq!(code, Some(1), "as nobody: {text}");
+    assert!(text.contains("partition root (bytes "), "{text}");
+    assert!(text.contains("naming them needs root"), "{text}");
 
     // mkfs unpinned: every disk differs from the rebuild.
     let unpinned = root.join("unpinned");
@@ -969,6 +1032,13 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
             "{f} not named:\n{text}"
         );
     }
+    assert!(
+        text.contains("partition boot (ext4 boot-") || text.contains("partition root (xfs root)"),
+        "the differing partition not named:\n{text}"
+    );
+    // Its own disks still match its own manifests.
+    let (code, text) = manifest_only(&unpinned, false);
+    assert_eq!(code, Some(0), "{text}");
     let d = diffoscope(&good.join("meta.json"), &unpinned.join("meta.json"));
     assert_eq!(d.0, Some(1), "diffoscope on the unpinned meta.json: {d:?}");
     let metal_sha = meta["images"]["metal"]["sha256"].as_str().unwrap();
@@ -983,6 +1053,47 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("could not rebuild"), "{text}");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `bootimage-gen verify --manifest-only DIR` (as `nobody` when
+/// `unprivileged`): its exit code and output.
+fn manifest_only(dir: &Path, unprivileged: bool) -> (Option<i32>, String) {
+    let exe = env!("CARGO_BIN_EXE_bootimage-gen");
+    let mut c = match unprivileged {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", exe]);
+            c
+        }
+        false => Command::new(exe),
+    };
+    let o = c
+        .args(["verify", "--manifest-only"])
+        .arg(dir)
+        .env("TMPDIR", "/var/tmp")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    (o.status.code(), text)
+}
+
+/// The offset of the first `what` in `len` bytes of `file` from `start`.
+fn find_in(file: &Path, start: u64, len: u64, what: &[u8]) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(file).unwrap();
+    let mut buf = vec![0u8; 4 << 20];
+    let mut at = start;
+    while at < start + len {
+        let n = f.read_at(&mut buf, at).unwrap();
+        if n == 0 {
+            return None;
+        }
+        if let Some(i) = buf[..n].windows(what.len()).position(|w| w == what) {
+            return Some(at + i as u64);
+        }
+        at += (n - what.len()) as u64;
+    }
+    None
 }
 
 /// diffoscope's exit code and text report of `a` against `b`.

@@ -226,6 +226,11 @@ pub struct DiskOutput {
     /// planned: the osmet files are packed from it.
     #[serde(default)]
     pub extent_map: Option<PathBuf>,
+    /// The content manifest's filesystems ([`crate::disk::manifest`]), by
+    /// key: a [`crate::disk::manifest::Filesystem`] as JSON, in the work
+    /// directory.
+    #[serde(default)]
+    pub contents: BTreeMap<String, PathBuf>,
 }
 
 /// Read a job file (written by the host for the VM).

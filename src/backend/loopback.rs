@@ -8,32 +8,30 @@
 use super::job::*;
 use super::live_tree::{LiveEfi, LiveTreeSrc};
 use crate::disk::selinux::Labeller;
-use crate::disk::{deploy, derive, layout::Layout};
+use crate::disk::{deploy, derive, layout::Layout, manifest};
 use crate::live;
 use crate::sys::loopback::{LoopDevice, Mounted};
 use crate::util::{cancel, progress::Reporter};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 impl DiskJob {
     /// Run the job with loop devices and mounts on this machine.
     pub fn run(&self, r: &Reporter) -> Result<DiskOutput> {
         let labeller = self.labeller(r)?;
         let (mut out, map) = self.build_base(r, labeller.as_ref())?;
-        // zipl (s390x) runs from the deployment, and the extents of a
-        // metal image's own boot filesystem are matched against its
-        // objects: the base disk's root, mounted read-only once.
+        // zipl (s390x) runs from the deployment, the extents of a metal
+        // image's own boot filesystem are matched against its objects, and
+        // the content manifest lists it: the base disk's root, mounted
+        // read-only once.
         let zipl = self.boots.iter().any(|b| b.zipl_block_size.is_some());
         let osmet_boots = map.is_some() && self.mkfs.is_some();
-        let root = match zipl || osmet_boots {
-            true => Some(self.mount_base_root(&out)?),
-            false => None,
-        };
+        let root = self.mount_base_root(&out)?;
         let res = (|| -> Result<()> {
-            let sysroot = match &root {
-                Some(m) => Some(deploy::deployment_root(m.path())?),
-                None => None,
+            let sysroot = match zipl {
+                true => Some(deploy::deployment_root(root.path())?),
+                false => None,
             };
             for b in &self.boots {
                 cancel::check()?;
@@ -43,9 +41,7 @@ impl DiskJob {
                     out.ipls.insert(b.key(), p);
                 }
             }
-            if let (Some(mut map), Some(root), Some(p), true) =
-                (map, &root, &out.extent_map, osmet_boots)
-            {
+            if let (Some(mut map), Some(p), true) = (map, &out.extent_map, osmet_boots) {
                 for b in self.boots.iter().filter(|b| b.osmet) {
                     let m = self.mount_boot_image(&out.boots[&b.key()], &b.key())?;
                     let scanned = live::osmet::scan_boot(&map, root.path(), m.path());
@@ -54,9 +50,10 @@ impl DiskJob {
                 }
                 super::live_stage::write_map(p, &map)?;
             }
+            out.contents = self.list_contents(root.path(), &out.boots)?;
             Ok(())
         })();
-        let closed = root.map_or(Ok(()), |m| m.close());
+        let closed = root.close();
         res?;
         closed?;
         Ok(out)
@@ -82,6 +79,37 @@ impl DiskJob {
     fn mount_base_root(&self, base: &DiskOutput) -> Result<Mounted> {
         let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
         mount_ro(&base.base, &layout, "root", &self.work.join("base-root"))
+    }
+
+    /// The content manifest's filesystems ([`manifest`]): the base disk's
+    /// root (mounted at `root`) and each platform boot filesystem, each
+    /// walked read-only into `<work>/contents-<key>.json`.
+    fn list_contents(
+        &self,
+        root: &Path,
+        boots: &BTreeMap<String, PathBuf>,
+    ) -> Result<BTreeMap<String, PathBuf>> {
+        let mut out = BTreeMap::new();
+        let mut write = |key: String, fs: &str, dir: &Path| -> Result<()> {
+            let f = manifest::Filesystem {
+                fs: fs.into(),
+                entries: manifest::walk(dir)?,
+            };
+            let p = self.work.join(format!("contents-{key}.json"));
+            std::fs::write(&p, serde_json::to_vec(&f)?)
+                .with_context(|| format!("writing {}", p.display()))?;
+            out.insert(key, p);
+            Ok(())
+        };
+        write(manifest::ROOT_KEY.into(), "xfs", root)?;
+        for (key, img) in boots {
+            cancel::check()?;
+            let m = self.mount_boot_image(img, key)?;
+            let res = write(manifest::boot_key(key), "ext4", m.path());
+            m.close()?;
+            res?;
+        }
+        Ok(out)
     }
 
     /// A platform's boot filesystem image, read-only.
@@ -180,6 +208,7 @@ impl DiskJob {
                 live,
                 static_grub: installed.static_grub,
                 extent_map,
+                contents: BTreeMap::new(),
             },
             map,
         ))

@@ -16,6 +16,14 @@ pub struct VerifyArgs {
     /// look). Default: a directory beside DIR, removed when all match.
     #[arg(long, value_name = "DIR")]
     pub rebuild_dir: Option<PathBuf>,
+    /// Do not rebuild: check each disk image against the content manifest
+    /// beside it (`*.contents.json.gz`, named with its sha256 in
+    /// meta.json): the disk's size and every partition's sha256, without
+    /// privileges; as root also the paths of a differing filesystem
+    /// (mounted read-only). Exit 0: all match; 1: one differs (named, with
+    /// its partition and paths); 2: one could not be read.
+    #[arg(long, conflicts_with_all = ["release", "rebuild_dir", "generate_flags"])]
+    pub manifest_only: bool,
     /// More `generate` flags for the rebuild, after `--` (--os-stream,
     /// --cache-dir, --backend, --registry-config, --mkfs-tools...). The
     /// platforms, --arch, --compress, --base-url and --no-ostree-archive

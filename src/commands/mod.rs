@@ -9,6 +9,7 @@ pub mod publish;
 pub mod registry;
 pub mod stream;
 pub mod verify;
+mod verify_manifest;
 pub mod vsphere;
 
 use crate::cli::{Cli, Command, InputArgs};
@@ -32,6 +33,7 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             generate::run(a)
         }
+        Command::Verify(a) if a.manifest_only => verify_manifest::run(&a.dir),
         Command::Verify(a) => verify::run(a),
         Command::Platforms(a) => platforms::run(a),
         Command::Gc(a) => gc::run(a),

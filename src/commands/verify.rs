@@ -215,9 +215,35 @@ fn base_url(stream: &Value) -> Option<String> {
 }
 
 /// What matched and what differed.
-struct Report {
-    same: Vec<String>,
-    differ: Vec<(String, String)>,
+#[derive(Default)]
+pub(super) struct Report {
+    pub(super) same: Vec<String>,
+    pub(super) differ: Vec<(String, String)>,
+}
+
+/// Each disk image's content manifest in `meta` (image file, manifest file).
+fn content_manifests(meta: &Value) -> Vec<(String, String)> {
+    meta["images"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, v)| {
+            Some((
+                v["path"].as_str()?.to_string(),
+                v["content-manifest"]["path"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// What the content manifests of `dir` and `rebuilt` say of image file
+/// `name`: its first differing partition and paths.
+fn explain(dir: &Path, rebuilt: &Path, name: &str, listed: &[(String, String)]) -> Option<String> {
+    let (_, m) = listed.iter().find(|(f, _)| f == name)?;
+    let a = crate::disk::manifest::Manifest::read(&dir.join(m)).ok()?;
+    let b = crate::disk::manifest::Manifest::read(&rebuilt.join(m)).ok()?;
+    let key = a.images.iter().find(|(_, i)| i.file == name)?.0.clone();
+    crate::disk::manifest::explain(&a, &b, &key, 5)
 }
 
 /// Every file of `dir`'s SHA256SUMS, and meta.json, stream.json and
@@ -229,7 +255,9 @@ fn compare(dir: &Path, rebuilt: &Path) -> Result<Report> {
         .lines()
         .filter_map(|l| l.split_once("  ").map(|(_, n)| n.to_string()))
         .collect();
-    for n in [META_JSON, "stream.json", SHA256SUMS] {
+    let listed = content_manifests(&read_json(&dir.join(META_JSON))?);
+    let extra = listed.iter().map(|(_, m)| m.as_str());
+    for n in extra.chain([META_JSON, "stream.json", SHA256SUMS]) {
         if !names.iter().any(|x| x == n) {
             names.push(n.to_string());
         }
@@ -249,10 +277,11 @@ fn compare(dir: &Path, rebuilt: &Path) -> Result<Report> {
         if hx == hy {
             r.same.push(n);
         } else {
-            r.differ.push((
-                n,
-                format!("sha256 {hx} ({sx} bytes), rebuilt {hy} ({sy} bytes)"),
-            ));
+            let mut why = format!("sha256 {hx} ({sx} bytes), rebuilt {hy} ({sy} bytes)");
+            if let Some(e) = explain(dir, rebuilt, &n, &listed) {
+                why.push_str(&format!("; {e}"));
+            }
+            r.differ.push((n, why));
         }
     }
     Ok(r)

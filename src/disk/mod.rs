@@ -7,6 +7,7 @@ pub mod efi;
 pub mod gpt;
 pub mod grubcfg;
 pub mod layout;
+pub mod manifest;
 pub mod mkfs;
 pub mod prep;
 pub mod selinux;

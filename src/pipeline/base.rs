@@ -25,6 +25,8 @@ pub(super) struct Base {
     pub(super) live: Option<LiveStage>,
     /// The ostree objects' extents on the base disk (for osmet), with live.
     pub(super) extent_map: Option<PathBuf>,
+    /// The job's lists of the filesystems' entries, by content-manifest key.
+    pub(super) contents: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl Base {
@@ -40,6 +42,7 @@ impl Base {
             ipls: out.ipls,
             live: out.live,
             extent_map: out.extent_map,
+            contents: out.contents,
         })
     }
 

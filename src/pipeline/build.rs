@@ -33,11 +33,18 @@ pub(super) struct Builder<'a> {
     /// `--aws-register`: the session the aws disk is registered with (what
     /// to register is in the plan's facts).
     pub(super) aws: Option<&'a crate::publish::aws::Session>,
+    /// What the content manifests of the images share.
+    pub(super) contents: super::contents::Contents,
 }
 
 impl Builder<'_> {
-    /// Derive, encode, compress and publish one artifact.
-    pub(super) fn artifact(&self, base: &Base, art: &PlanArtifact) -> Result<ImageEntry> {
+    /// Derive, encode, compress and publish one artifact, and its content
+    /// manifest (what meta.json's image entry says of it).
+    pub(super) fn artifact(
+        &self,
+        base: &Base,
+        art: &PlanArtifact,
+    ) -> Result<(ImageEntry, serde_json::Value)> {
         let step = self.r.step(art.platform.clone());
         let disk_size = art.disk_size;
         let patches = base.patches(self.plan, art, self.work)?;
@@ -81,8 +88,15 @@ impl Builder<'_> {
             aws.register(&view, spec, self.r)?;
         }
         tmp.commit()?;
+        let contents = self.contents.write(
+            base,
+            self.plan,
+            art,
+            (self.out, &self.uncompressed_name(art)),
+            &view,
+        )?;
         step.done(&format!("{} ({} MiB)", art.file, entry.size >> 20));
-        Ok(entry)
+        Ok((entry, contents))
     }
 }
 

@@ -7,6 +7,7 @@
 mod archive;
 mod base;
 mod build;
+mod contents;
 mod deploy;
 mod live;
 pub mod load;
@@ -115,6 +116,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
         raw_dir: s.debug_raw_dir.as_deref(),
         chunks: build::chunk_cache(work.path())?,
         aws: aws.as_ref(),
+        contents: Default::default(),
     };
     let mut job = plan.disk_job(work.path(), &loaded.cache.repo.path, s.threads);
     let deployed_by;
@@ -243,8 +245,12 @@ fn artifacts(
             }
             continue;
         }
-        let entry = b.artifact(base, art)?;
+        let (entry, contents) = b.artifact(base, art)?;
         m.images.insert(art.meta_key.clone(), entry);
+        m.image_details
+            .entry(art.meta_key.clone())
+            .or_default()
+            .insert(contents::DETAILS_KEY.into(), contents);
     }
     Ok(m)
 }
