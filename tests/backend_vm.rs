@@ -1,7 +1,8 @@
 //! The kvm/nokvm backends: an unprivileged user with no loop devices
 //! builds metal and qemu inside an emulated VM; the images boot; their
 //! partition tables, filesystem labels and UUIDs and every file's content
-//! equal the loopback backend's; a hung VM is stopped by the watchdog and a
+//! equal the loopback backend's, and so do their bytes (both made with
+//! one mkfs); a hung VM is stopped by the watchdog and a
 //! SIGINT stops the VM, leaving nothing behind. (These tests need root to
 //! set up the unprivileged user's directories and to mount the images for
 //! the comparison; CI runs them as root.)
@@ -54,6 +55,23 @@ fn unprivileged(args: &[&str]) -> Output {
         .expect("running setpriv")
 }
 
+/// scripts/mkfs-root.sh's entry (what `make test` set up), copied where
+/// the unprivileged user can read it: both runs make their filesystems
+/// with it (`--mkfs-tools`), the VM through its read-only share.
+fn readable_mkfs_tools() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mkfs-root.sh");
+    let out = must(Command::new("bash").arg(script));
+    let entry = out
+        .lines()
+        .last()
+        .expect("mkfs-root.sh prints its entry")
+        .trim();
+    let dst = root().join("mkfs-tools");
+    must(Command::new("cp").arg("-a").arg(entry).arg(&dst));
+    must(Command::new("chmod").arg("-R").arg("a+rX").arg(&dst));
+    dst
+}
+
 /// A directory under the test root owned by the unprivileged user.
 fn owned_dir(name: &str) -> PathBuf {
     let p = root().join(name);
@@ -89,6 +107,7 @@ fn built() -> &'static Built {
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         owned_dir("home");
         let cache = owned_dir("cache");
+        let tools = readable_mkfs_tools();
         let (vm_out, vm_raw) = (owned_dir("vm-out"), owned_dir("vm-raw"));
         let t = Instant::now();
         let o = unprivileged(&[
@@ -105,6 +124,8 @@ fn built() -> &'static Built {
             vm_out.to_str().unwrap(),
             "--debug-raw-dir",
             vm_raw.to_str().unwrap(),
+            "--mkfs-tools",
+            tools.to_str().unwrap(),
         ]);
         let log = stderr(&o);
         assert!(o.status.success(), "unprivileged nokvm run failed:\n{log}");
@@ -126,6 +147,8 @@ fn built() -> &'static Built {
                 root().join("loop-out").to_str().unwrap(),
                 "--debug-raw-dir",
                 loop_raw.to_str().unwrap(),
+                "--mkfs-tools",
+                tools.to_str().unwrap(),
             ])
             .output()
             .unwrap();
@@ -428,6 +451,26 @@ fn vm_and_loopback_disks_are_equivalent() {
             diff.join("\n")
         );
     }
+    // Reproducible (docs/contract.md §9): the same disk, byte for byte,
+    // whichever backend made it.
+    assert!(
+        b.log
+            .contains("root and boot made from the staged tree by mkfs.xfs"),
+        "{}",
+        b.log
+    );
+    let differing: Vec<u32> = (1..=4)
+        .filter(|n| {
+            let (at, len) = partition(&v, *n);
+            read_range(&v, at, len) != read_range(&l, at, len)
+        })
+        .collect();
+    assert!(differing.is_empty(), "partitions {differing:?} differ");
+    assert_eq!(
+        sha256_file(&v),
+        sha256_file(&l),
+        "the nokvm and loopback metal disks differ"
+    );
 }
 
 /// Start a root nokvm run in its own cache; returns the child and its

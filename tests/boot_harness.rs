@@ -591,6 +591,28 @@ fn a_silent_boot_loader_that_reads_its_disk_is_not_stalled() {
     assert!(no_qemu_named(&name), "qemu {name} still running");
 }
 
+/// A guest that powered off in order with not one line of its programs on
+/// the console lost them in the emulated UART (seen on CI): recognised as
+/// such, and only then; a log with any program line, or no orderly power
+/// off, or no init, is not.
+#[test]
+fn a_console_with_only_kernel_lines_up_to_power_down_is_lost_output() {
+    let kernel = "[    2.3] Run /init as init process\n[    2.4] SCSI subsystem initialized\n";
+    let lost = format!("[    0.0] Linux version 6.1\n{kernel}[   24.2] reboot: Power down\n");
+    assert!(boot::lost_program_output(&lost));
+    let printed = format!(
+        "{kernel}initramfs: starting\nBOOTIMAGE-TEST-OS ok version=1\n[   24.2] reboot: Power down\n"
+    );
+    assert!(!boot::lost_program_output(&printed));
+    let failed = format!("{kernel}BOOTIMAGE-TEST-OS FAIL no root\n[    5.0] reboot: Power down\n");
+    assert!(!boot::lost_program_output(&failed));
+    assert!(!boot::lost_program_output(kernel), "no power off");
+    assert!(
+        !boot::lost_program_output("[    1.0] reboot: Power down\n"),
+        "no init"
+    );
+}
+
 #[test]
 fn kernel_panic_is_an_error_without_waiting_for_the_timeout() {
     // No initramfs: the kernel cannot mount a root and panics (and, with

@@ -879,8 +879,14 @@ fn a_second_run_elsewhere_writes_the_same_bytes() {
 /// `verify` bites: a byte changed in an OVA, a qcow2 and a raw disk, each
 /// named, exit 1; a disk made by an unpinned mkfs (the clock and random
 /// seeds back) differs from the rebuild, and diffoscope shows its digest in
-/// meta.json; a release that cannot be read, exit 2. Small outputs
-/// (metal, qemu, vmware) keep it cheap.
+/// meta.json, and the content manifests name its differing partition; a
+/// release that cannot be read, exit 2. `verify --manifest-only` (no
+/// rebuild): the good output's three disks (raw.gz, qcow2.gz, OVA) match
+/// their manifests; the changed files differ from meta.json; a byte
+/// changed inside a file of the metal disk's root filesystem (the disk
+/// then a good gzip again) names the partition, and as root the paths,
+/// unprivileged the partition only. Small outputs (metal, qemu, vmware)
+/// keep it cheap.
 #[test]
 fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     let root = scratch("generate-platforms-verify");
@@ -917,7 +923,7 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     let (code, text) = verify(&good, &[]);
     assert_eq!(code, Some(0), "{text}");
     // Each disk (raw.gz, qcow2.gz, OVA) against its content manifest.
-    let (code, text) = manifest_only(&good, false);
+    let (code, text) = verify_manifest_only(&good, false);
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(text.matches("same     ").count(), 3, "{text}");
     assert!(
@@ -966,7 +972,7 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
         "the differing rebuild is not kept"
     );
     // Without rebuilding: each changed file differs from meta.json.
-    let (code, text) = manifest_only(&bad, false);
+    let (code, text) = verify_manifest_only(&bad, false);
     assert_eq!(code, Some(1), "{text}");
     for f in &changed {
         assert!(
@@ -1006,7 +1012,7 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
         metal.display()
     )));
     std::fs::remove_file(&raw).unwrap();
-    let (code, text) = manifest_only(&inner, false);
+    let (code, text) = verify_manifest_only(&inner, false);
     assert_eq!(code, Some(1), "{text}");
     let line = text
         .lines()
@@ -1016,7 +1022,7 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     assert!(line.contains(" path(s) of its xfs differ: /"), "{text}");
     assert!(line.contains("sha256 \""), "{text}");
     assert_eq!(text.matches("same     ").count(), 2, "{text}");
-    let (code, text) = manifest_only(&inner, true);
+    let (code, text) = verify_manifest_only(&inner, true);
     assert_eq!(code, Some(1), "as nobody: {text}");
     assert!(text.contains("partition root (bytes "), "{text}");
     assert!(text.contains("naming them needs root"), "{text}");
@@ -1037,7 +1043,7 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
         "the differing partition not named:\n{text}"
     );
     // Its own disks still match its own manifests.
-    let (code, text) = manifest_only(&unpinned, false);
+    let (code, text) = verify_manifest_only(&unpinned, false);
     assert_eq!(code, Some(0), "{text}");
     let d = diffoscope(&good.join("meta.json"), &unpinned.join("meta.json"));
     assert_eq!(d.0, Some(1), "diffoscope on the unpinned meta.json: {d:?}");
@@ -1053,28 +1059,6 @@ fn verify_names_each_file_that_differs_and_says_when_it_cannot_rebuild() {
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("could not rebuild"), "{text}");
     let _ = std::fs::remove_dir_all(&root);
-}
-
-/// `bootimage-gen verify --manifest-only DIR` (as `nobody` when
-/// `unprivileged`): its exit code and output.
-fn manifest_only(dir: &Path, unprivileged: bool) -> (Option<i32>, String) {
-    let exe = env!("CARGO_BIN_EXE_bootimage-gen");
-    let mut c = match unprivileged {
-        true => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", exe]);
-            c
-        }
-        false => Command::new(exe),
-    };
-    let o = c
-        .args(["verify", "--manifest-only"])
-        .arg(dir)
-        .env("TMPDIR", "/var/tmp")
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
-    (o.status.code(), text)
 }
 
 /// The offset of the first `what` in `len` bytes of `file` from `start`.

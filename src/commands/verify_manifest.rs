@@ -228,8 +228,8 @@ fn paths_that_differ(
 
 /// The disk image `file` as a raw file in `scratch`: decompressed (gzip,
 /// xz, zstd), then decoded when it is not raw (qcow2, VMDK, VHD, VHDX by
-/// `qemu-img convert`; an OVA's VMDK and a GCP tarball's disk.raw by
-/// `tar`).
+/// `qemu-img convert`; an OVA's VMDK, a GCP tarball's disk.raw and a
+/// kubevirt containerdisk's qcow2 by `tar`).
 fn to_raw(file: &Path, scratch: &Path) -> Result<PathBuf> {
     let name = file
         .file_name()
@@ -278,16 +278,7 @@ fn to_raw(file: &Path, scratch: &Path) -> Result<PathBuf> {
             // An OVA (tar: OVF, VMDK) or a GCP tarball (tar.gz: disk.raw).
             let x = scratch.join(format!("{stem}.x"));
             std::fs::create_dir_all(&x)?;
-            let st = Command::new("tar")
-                .arg("-xf")
-                .arg(&plain)
-                .arg("-C")
-                .arg(&x)
-                .status()
-                .context("running tar")?;
-            if !st.success() {
-                bail!("tar -xf {} failed ({st})", plain.display());
-            }
+            untar(&plain, &x, &[])?;
             let member = std::fs::read_dir(&x)?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .find(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("vmdk" | "raw")))
@@ -300,12 +291,54 @@ fn to_raw(file: &Path, scratch: &Path) -> Result<PathBuf> {
                 }
             }
         }
+        "ociarchive" => {
+            // A kubevirt containerdisk: a layer holding disk/<name>.qcow2.
+            let x = scratch.join(format!("{stem}.x"));
+            std::fs::create_dir_all(&x)?;
+            untar(&plain, &x, &[])?;
+            let blobs = x.join("blobs/sha256");
+            let mut found = None;
+            for b in std::fs::read_dir(&blobs)
+                .with_context(|| format!("{name}: no blobs/sha256 (not an OCI archive)"))?
+            {
+                let b = b?.path();
+                let list = Command::new("tar").arg("-tf").arg(&b).output()?;
+                let text = String::from_utf8_lossy(&list.stdout).into_owned();
+                if let Some(m) = text
+                    .lines()
+                    .find(|l| l.starts_with("disk/") && l.ends_with(".qcow2"))
+                {
+                    found = Some((b, m.to_string()));
+                    break;
+                }
+            }
+            let (blob, member) =
+                found.with_context(|| format!("{name}: no layer holds a disk/*.qcow2"))?;
+            untar(&blob, &x, &[&member])?;
+            qemu_img("qcow2", &x.join(&member))?
+        }
         other => bail!("{name}: no way to read a disk from a .{other} file"),
     };
     if plain != file {
         let _ = std::fs::remove_file(&plain);
     }
     Ok(out)
+}
+
+/// `tar -xf archive -C dir [members]` (GNU tar reads gzip by itself).
+fn untar(archive: &Path, dir: &Path, members: &[&str]) -> Result<()> {
+    let st = Command::new("tar")
+        .arg("-xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(dir)
+        .args(members)
+        .status()
+        .context("running tar")?;
+    if !st.success() {
+        bail!("tar -xf {} failed ({st})", archive.display());
+    }
+    Ok(())
 }
 
 /// Decompress `src` (`gz`, `xz` or `zst`) into `dst`, leaving runs of

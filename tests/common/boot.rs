@@ -680,12 +680,13 @@ impl Vm {
                     None => "the console stayed empty".to_string(),
                 }
             ))),
-            o @ (Outcome::Oops(_) | Outcome::Stalled { .. } | Outcome::SilentLoader { .. }) => {
-                Err(fail(format!(
-                    "{} without a BOOTIMAGE-TEST-OS marker",
-                    o.emulator_fault().unwrap_or_default()
-                )))
-            }
+            o @ (Outcome::Oops(_)
+            | Outcome::Stalled { .. }
+            | Outcome::SilentLoader { .. }
+            | Outcome::LostOutput) => Err(fail(format!(
+                "{} without a BOOTIMAGE-TEST-OS marker",
+                o.emulator_fault().unwrap_or_default()
+            ))),
         }
     }
 
@@ -1090,6 +1091,10 @@ enum Outcome {
     /// The firmware found nothing to boot.
     NoBoot(String),
     Exited(ExitStatus),
+    /// The guest ran its init and powered off in order, but not one line
+    /// its programs wrote reached the serial console (the kernel's did):
+    /// [`lost_program_output`].
+    LostOutput,
     /// No marker in time; when the console last grew, from qemu's start.
     Timeout {
         last_output: Option<Duration>,
@@ -1135,6 +1140,9 @@ impl Outcome {
                 quiet.as_secs_f64(),
                 last_disk_use(*last_io)
             )),
+            Outcome::LostOutput => Some(
+                "the guest powered off in order, but no line its programs wrote reached the serial console (the kernel's did): the emulated UART lost them".to_string(),
+            ),
             Outcome::SilentLoader {
                 handed_over,
                 last_io,
@@ -1148,6 +1156,29 @@ impl Outcome {
             _ => None,
         }
     }
+}
+
+/// Whether a console log is that of a guest whose programs' output was
+/// lost: the kernel ran init ("Run /init" or "Run /sbin/init") and later
+/// powered off in order ("reboot: Power down"), yet no line after init
+/// started is anything but a kernel message (`[   …]`). The test OS powers
+/// off only after printing its marker or a FAIL line, so such a log means
+/// the serial port dropped what userspace wrote (seen on CI: a live PXE
+/// boot, every initramfs and marker line missing, the kernel's all there;
+/// the same boot passed alone). An emulator fault, worth one more boot.
+pub fn lost_program_output(console: &str) -> bool {
+    let Some(i) = console
+        .find("Run /init as init process")
+        .or_else(|| console.find("Run /sbin/init as init process"))
+    else {
+        return false;
+    };
+    let after = &console[i..];
+    after.contains("reboot: Power down")
+        && after
+            .lines()
+            .skip(1)
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('['))
 }
 
 /// " (last at N s)", or nothing when the guest was not seen using a disk.
@@ -1392,7 +1423,10 @@ fn run_qemu(
                 };
             }
         } else if let Some(st) = exited {
-            break Outcome::Exited(st);
+            break match lost_program_output(&console.all()) {
+                true => Outcome::LostOutput,
+                false => Outcome::Exited(st),
+            };
         } else if let Some(why) = &s.no_boot {
             break Outcome::NoBoot(why.clone());
         } else if let Some(line) = &s.panic {

@@ -552,3 +552,25 @@ pub fn mount_raw_boot(raw: &Path, at: &Path) -> Mnt {
     const MIB: u64 = 1 << 20;
     Mnt::new(raw, 129 * MIB, 384 * MIB, "ext4", "ro,noload", at)
 }
+
+/// `bootimage-gen verify --manifest-only DIR` (as `nobody` when
+/// `unprivileged`): its exit code and output.
+pub fn verify_manifest_only(dir: &Path, unprivileged: bool) -> (Option<i32>, String) {
+    let exe = env!("CARGO_BIN_EXE_bootimage-gen");
+    let mut c = match unprivileged {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", exe]);
+            c
+        }
+        false => Command::new(exe),
+    };
+    let o = c
+        .args(["verify", "--manifest-only"])
+        .arg(dir)
+        .env("TMPDIR", "/var/tmp")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    (o.status.code(), text)
+}
