@@ -574,3 +574,32 @@ pub fn verify_manifest_only(dir: &Path, unprivileged: bool) -> (Option<i32>, Str
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     (o.status.code(), text)
 }
+
+/// A copy of the output directory `src` (its files) at `dst`.
+pub fn copy_output(src: &Path, dst: &Path) {
+    let _ = std::fs::remove_dir_all(dst);
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+}
+
+/// The raw disk `raw` written (gzip) as the file `file` of the output
+/// directory `dir`, then `verify --manifest-only DIR`, which must exit 1:
+/// its line for `file` and its whole output.
+pub fn manifest_only_with_disk(dir: &Path, file: &str, raw: &Path) -> (String, String) {
+    must(Command::new("sh").arg("-c").arg(format!(
+        "gzip -1 -c '{}' > '{}'",
+        raw.display(),
+        dir.join(file).display()
+    )));
+    let (code, text) = verify_manifest_only(dir, false);
+    assert_eq!(code, Some(1), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("DIFFERS  {file}")))
+        .unwrap_or_default()
+        .to_string();
+    (line, text)
+}
