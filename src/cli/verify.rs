@@ -18,7 +18,7 @@ pub struct VerifyArgs {
     pub rebuild_dir: Option<PathBuf>,
     /// Do not rebuild: check each disk image against the content manifest
     /// beside it (`*.contents.json.gz`, named with its sha256 in
-    /// meta.json): the disk's size and every partition's sha256, without
+    /// meta.json): the disk's size and every partition's digest, without
     /// privileges; as root also the paths of a differing filesystem
     /// (mounted read-only). Exit 0: all match; 1: one differs (named, with
     /// its partition and paths); 2: one could not be read.

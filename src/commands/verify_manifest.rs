@@ -3,7 +3,7 @@
 //! rebuilding. Unprivileged: the manifest file against meta.json's digest,
 //! the disk (decompressed, and decoded by `qemu-img` or `tar` when it is
 //! not raw) against its recorded size, and every partition's bytes
-//! against its sha256. As root, also the filesystem of a differing
+//! against its digest. As root, also the filesystem of a differing
 //! partition, mounted read-only, walked and compared entry by entry, so
 //! that the paths that differ are named.
 use super::verify::{Report, Verdict};

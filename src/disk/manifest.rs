@@ -138,7 +138,7 @@ impl Manifest {
         Ok(m)
     }
 
-    /// Its file bytes: JSON with one entry a line, gzip'd without a name
+    /// Its file bytes: compact JSON, gzip'd without a name
     /// or time.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let json = serde_json::to_vec(self)?;
@@ -147,24 +147,6 @@ impl Manifest {
             .write(Vec::new(), flate2::Compression::new(6));
         gz.write_all(&json)?;
         Ok(gz.finish()?)
-    }
-
-    /// Add `other`'s filesystems and images (an earlier run into the same
-    /// output directory); this run's win.
-    pub fn merge_under(&mut self, other: Manifest) {
-        for (k, v) in other.filesystems {
-            self.filesystems.entry(k).or_insert(v);
-        }
-        for (k, v) in other.images {
-            self.images.entry(k).or_insert(v);
-        }
-        // Filesystems no image names any more are dropped.
-        let used: std::collections::BTreeSet<String> = self
-            .images
-            .values()
-            .flat_map(|i| i.partitions.iter().filter_map(|p| p.filesystem.clone()))
-            .collect();
-        self.filesystems.retain(|k, _| used.contains(k));
     }
 }
 

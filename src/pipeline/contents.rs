@@ -1,5 +1,5 @@
 //! The content manifest beside each disk image ([`manifest`],
-//! docs/contract.md §9): the disk's partitions (place and sha256, hashed
+//! docs/contract.md §9): the disk's partitions (place and digest, hashed
 //! from the same view the encoders read) and the entries of the
 //! filesystems they hold (listed by the privileged job). Written as
 //! `<image file, uncompressed name>.contents.json.gz`; meta.json's image
@@ -51,7 +51,7 @@ impl Contents {
         Ok(Some(f))
     }
 
-    /// The sha256 of `view`'s bytes `start..start+size` (reused when they
+    /// The [`manifest::blocks_digest`] of `view`'s bytes `start..start+size` (reused when they
     /// are the base disk's, unchanged, or `source`'s: the same bytes in
     /// every image).
     fn digest(
