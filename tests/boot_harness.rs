@@ -522,13 +522,7 @@ fn a_silent_guest_is_booted_once_more_then_an_error() {
 fn a_boot_loader_silent_after_the_hand_over_is_booted_once_more_then_an_error() {
     let name = format!("bootimage-harness-silent-loader-{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("loop.raw");
-    let mut mbr = vec![0u8; 1 << 20];
-    mbr[0] = 0xEB; // jmp $
-    mbr[1] = 0xFE;
-    mbr[510] = 0x55;
-    mbr[511] = 0xAA;
-    std::fs::write(&disk, &mbr).unwrap();
+    let disk = boot_sector_disk(&dir.path().join("loop.raw"), &[0xEB, 0xFE]); // jmp $
     let e = Vm::new(Firmware::Bios)
         .medium(Media::disk(&disk))
         .timeout(Duration::from_secs(240))
@@ -547,6 +541,16 @@ fn a_boot_loader_silent_after_the_hand_over_is_booted_once_more_then_an_error() 
     assert!(no_qemu_named(&name), "qemu {name} still running");
 }
 
+/// A 1 MiB disk at `path` whose MBR boot code is `code` (signed 55 AA).
+fn boot_sector_disk(path: &Path, code: &[u8]) -> PathBuf {
+    let mut mbr = vec![0u8; 1 << 20];
+    mbr[..code.len()].copy_from_slice(code);
+    mbr[510] = 0x55;
+    mbr[511] = 0xAA;
+    std::fs::write(path, &mbr).unwrap();
+    path.to_path_buf()
+}
+
 /// The other side of the rule above: a boot loader that prints nothing
 /// but keeps reading its disk (here a boot sector reading sector 2 with
 /// INT 13h in a loop) is slow, not stalled: the stall check (4 s) must
@@ -557,8 +561,6 @@ fn a_boot_loader_silent_after_the_hand_over_is_booted_once_more_then_an_error() 
 fn a_silent_boot_loader_that_reads_its_disk_is_not_stalled() {
     let name = format!("bootimage-harness-reading-loader-{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("reads.raw");
-    let mut mbr = vec![0u8; 1 << 20];
     #[rustfmt::skip]
     let code = [
         0x31, 0xC0,       // xor ax, ax
@@ -570,10 +572,7 @@ fn a_silent_boot_loader_that_reads_its_disk_is_not_stalled() {
         0xCD, 0x13,       // int 0x13
         0xEB, 0xF1,       // jmp again
     ];
-    mbr[..code.len()].copy_from_slice(&code);
-    mbr[510] = 0x55;
-    mbr[511] = 0xAA;
-    std::fs::write(&disk, &mbr).unwrap();
+    let disk = boot_sector_disk(&dir.path().join("reads.raw"), &code);
     let e = Vm::new(Firmware::Bios)
         .medium(Media::disk(&disk))
         .timeout(Duration::from_secs(30))
