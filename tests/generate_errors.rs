@@ -1092,3 +1092,82 @@ fn no_room_for_all_is_found_before_building() {
     let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&mid)]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
 }
+
+/// The work directory's estimate covers the stage (docs/contract.md §9):
+/// with the least room the preflight accepts, the run succeeds. The cache
+/// is a tmpfs: first the import alone, then the room for the build read
+/// from the preflight's own refusal, then exactly that much free. And a
+/// work directory that really fills (preflight skipped) is named as full.
+#[test]
+fn the_least_room_the_work_estimate_accepts_is_enough() {
+    let mut sb = Sandbox::new();
+    let cache = sb.tmpfs("cache", "size=2g");
+    let out = sb.path("out");
+    let used = || {
+        let o = must(
+            Command::new("df")
+                .args(["-B1", "--output=used"])
+                .arg(&cache),
+        );
+        o.lines().nth(1).unwrap().trim().parse::<u64>().unwrap()
+    };
+    let resize = |bytes: u64| {
+        must(
+            Command::new("mount")
+                .args(["-o", &format!("remount,size={bytes}")])
+                .arg(&cache),
+        );
+    };
+    const MIB: u64 = 1 << 20;
+    // The import (with a build), then a refusal that states the need.
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    std::fs::remove_dir_all(&out).unwrap();
+    resize(used() + 8 * MIB);
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    let line = assert_fails(&sb, &r, &["not enough free space", p(&cache)]);
+    let need = line
+        .split("needs about ")
+        .nth(1)
+        .and_then(|t| t.split(" MiB").next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no need in: {line}"));
+    // Past the preflight into a work directory too small: named as full,
+    // at 8 MiB and at 70 % of the need.
+    for room in [8, need * 7 / 10] {
+        resize(used() + room * MIB);
+        let r = generate(
+            &sb,
+            &["env", "BOOTIMAGE_GEN_SKIP_SPACE_CHECK=1"],
+            &[&oci("release"), "metal", "-o", p(&out)],
+        );
+        // (loop devices are made on the way: the run fails mid-build, and
+        // must release them.)
+        assert_eq!(r.code, Some(1), "{}", r.stderr);
+        let errs: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect();
+        assert_eq!(errs.len(), 1, "{}", r.stderr);
+        for w in [
+            "error: no space left on the filesystem at",
+            p(&cache),
+            "work directory in the cache",
+            "this run needs about",
+        ] {
+            assert!(errs[0].contains(w), "no {w:?} in: {}", errs[0]);
+        }
+        assert_nothing_attached(&sb, &r, false);
+    }
+    // Exactly the room it asked for: accepted, and enough.
+    resize(used() + (need + 1) * MIB);
+    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "with the {need} MiB the preflight asked for:\n{}",
+        r.stderr
+    );
+    assert_nothing_attached(&sb, &r, false);
+}

@@ -101,7 +101,8 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     let new_meta = publish::start_meta(&plan);
     publish::check_output_meta(s, &new_meta)?;
     let work = WorkDir::adopt(loaded.cache.tempdir()?);
-    *places = space::space_places(&plan, work.path(), &s.output);
+    let mkfs = mkfs_tools(s, &reporter)?;
+    *places = space::space_places(&plan, work.path(), &s.output, mkfs.is_some());
     space::check_space(places)?;
     std::fs::create_dir_all(&s.output)
         .with_context(|| format!("creating output directory {}", s.output.display()))?;
@@ -121,7 +122,7 @@ fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
     let mut job = plan.disk_job(work.path(), &loaded.cache.repo.path, s.threads);
     let deployed_by;
     (job.buildroot, deployed_by) = deploy::deployer(s, &loaded, &plan, &reporter)?;
-    job.mkfs = mkfs_tools(s, &reporter)?;
+    job.mkfs = mkfs;
     let base = base_disk(s, &loaded, &plan, &job, &reporter)?;
     let osmets = b.pack_osmets(&base)?;
     let mut m = artifacts(&b, &base, &plan, &osmets, new_meta)?;

@@ -33,10 +33,16 @@ pub const SKIP_SPACE_CHECK_ENV: &str = "BOOTIMAGE_GEN_SKIP_SPACE_CHECK";
 /// Estimated bytes: the work dir holds the base disk's data, a boot
 /// filesystem per platform and a qcow2 before compression; each artifact
 /// holds at most the disk's data (compressed ones about half).
-pub fn space_places(plan: &Plan, work: &Path, out: &Path) -> Vec<Place> {
+/// With `staged` (mkfs makes the base disk's filesystems from a staged tree,
+/// docs/contract.md §9), the stage's files hold the OS's data a second time
+/// while the base disk's filesystems are made from them.
+pub fn space_places(plan: &Plan, work: &Path, out: &Path, staged: bool) -> Vec<Place> {
     let d = &plan.disk;
     let data = d.content_bytes + (64 << 20);
     let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20) + SPACE_MARGIN;
+    if staged {
+        work_need += data;
+    }
     // Formats encoded to a work file before compression (or packing).
     let staged = |x: &PlanArtifact| x.spec.format.staged(x.compressed);
     if plan.artifacts.iter().any(staged) {
