@@ -161,7 +161,7 @@ impl DiskJob {
             "root and boot made from the staged tree by {} ({}): {} entries, {} times clamped to the OS's, immutable: {}",
             t.versions,
             t.source,
-            sorted.entries,
+            sorted.made.len(),
             sorted.clamped,
             match sorted.immutable.is_empty() {
                 true => "none".to_string(),

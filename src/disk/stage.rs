@@ -26,11 +26,10 @@ pub struct Sorted {
     /// Directories (relative, without a leading `/`) that carry the
     /// immutable flag in the source.
     pub immutable: Vec<PathBuf>,
-    /// Entries rebuilt, directories included.
-    pub entries: u64,
     /// Inodes whose times were clamped to the OS's.
     pub clamped: u64,
-    /// Every entry made, in the order it was made (relative paths).
+    /// Every entry rebuilt, directories included, in the order it was made
+    /// (relative paths).
     pub made: Vec<PathBuf>,
 }
 
@@ -47,7 +46,6 @@ pub fn sorted_links(src: &Path, name: &str, time: i64) -> Result<Sorted> {
         out: Sorted {
             dir: dir.clone(),
             immutable: Vec::new(),
-            entries: 0,
             clamped: 0,
             made: Vec::new(),
         },
@@ -88,7 +86,6 @@ impl Walk {
                     s.display()
                 );
             }
-            self.out.entries += 1;
             self.out.made.push(rel.join(n));
             if md.is_dir() {
                 std::fs::create_dir(&d).with_context(|| format!("creating {}", d.display()))?;
@@ -188,7 +185,7 @@ mod tests {
         for root in ["one", "two"] {
             let r = t.path().join(root);
             let s = sorted_links(&r, ".sorted", 1000).unwrap();
-            assert_eq!(s.entries, 13);
+            assert_eq!(s.made.len(), 13);
             let mut l = Vec::new();
             listing(&s.dir, &mut l);
             l.sort();
