@@ -639,6 +639,17 @@ fn os_stream_all_builds_every_stream() {
     let a = args(out.path());
     let o = run(c.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
+    // The release is read and its signature checked once for both streams
+    // (each stream's run used to resolve it again: three checks), and each
+    // stream's OS image is chosen once.
+    let err = stderr(&o);
+    let checks = err
+        .lines()
+        .filter(|l| l.trim_start().starts_with("release ") && l.contains(": "))
+        .count();
+    assert_eq!(checks, 1, "the release's check, once:\n{err}");
+    let chosen = err.matches("OS image: release tag ").count();
+    assert_eq!(chosen, 2, "each stream's OS image chosen once:\n{err}");
     let again = tempfile::tempdir().unwrap();
     let (out2, tmp) = (again.path().join("out"), again.path().join("tmp"));
     std::fs::create_dir_all(&tmp).unwrap();

@@ -2,8 +2,8 @@
 //! into its own directory, then `streams.json` over them (the
 //! coreos-bootimages ConfigMap's `data.streams`).
 use crate::cli::GenerateArgs;
+use crate::pipeline::load::Loaded;
 use crate::publish::stream::{self, STREAMS_JSON};
-use crate::release::osimages;
 use anyhow::Result;
 
 /// `--os-stream all`: every OS stream of the release.
@@ -16,46 +16,41 @@ pub const ALL_STREAMS: &str = "all";
 /// streams.json (`<stream>/<file>`) unless --base-url made them URLs.
 pub(super) fn run(
     a: GenerateArgs,
-    run_one: impl Fn(GenerateArgs) -> Result<crate::pipeline::Ran>,
+    run_one: impl Fn(GenerateArgs, Option<Loaded>) -> Result<crate::pipeline::Ran>,
 ) -> Result<()> {
     let mut input = a.input.clone();
     input.os_stream = None;
     let settings = super::input_settings(&input)?;
-    let loaded = super::block_on(crate::pipeline::load::load(&settings, false))?;
-    let found = &loaded.resolved.os_images;
-    let picks = osimages::all_streams(found);
-    if picks.is_empty() {
-        // Says why: each image found and why it does not boot.
-        osimages::choose(found, &loaded.resolved.release_version, None)?;
-    }
     let _out_lock = crate::util::lock::DirLock::output(&a.output)?;
+    // The release read, its signature checked, and every stream's OS
+    // imported once, before any stream is built.
+    let all = super::block_on(crate::pipeline::load::load_all(&settings, !a.dry_run))?;
     let mut streams = serde_json::Map::new();
-    for i in &picks {
-        let f = &found[*i];
-        let dir = osimages::stream_key(f.stream_class.as_deref(), &f.tag);
+    for loaded in all {
+        let dir = loaded.stream_key();
+        let (class, tag) = (
+            loaded.resolved.os_stream_class.clone(),
+            loaded.resolved.os_tag.clone(),
+        );
         crate::util::ui::status(format!(
-            "--os-stream all: stream {} (release tag {}) into {}",
-            f.stream_class.as_deref().unwrap_or("(none)"),
-            f.tag,
+            "--os-stream all: stream {} (release tag {tag}) into {}",
+            class.as_deref().unwrap_or("(none)"),
             a.output.join(&dir).display()
         ));
         let mut one = a.clone();
-        one.input.os_stream = Some(f.tag.clone());
+        one.input.os_stream = Some(tag);
         one.output = a.output.join(&dir);
         // --base-url serves <output>: this stream's files are under <dir>.
         one.base_url = a
             .base_url
             .as_deref()
             .map(|u| format!("{}/{dir}", u.trim_end_matches('/')));
-        let ran = run_one(one)?;
+        let ran = run_one(one, Some(loaded))?;
         if let Some(s) = &ran.stream {
             // Its locations as seen from streams.json (`<dir>/<file>`).
             let sub = a.output.join(&dir);
             let s = crate::publish::merge::located(s, &sub.join(stream::STREAM_JSON), &a.output)?;
-            streams.insert(
-                f.stream_class.clone().unwrap_or_default(),
-                serde_json::to_value(s)?,
-            );
+            streams.insert(class.unwrap_or_default(), serde_json::to_value(s)?);
         }
     }
     if !a.dry_run {

@@ -13,8 +13,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     // The stream a one-stream run pushes as: its OS stream key, as the
     // directories of --os-stream all are named, so cells of a matrix that
     // build other streams of one release into one REF each keep a part.
-    let one = |a: GenerateArgs| -> Result<crate::pipeline::Ran> {
-        let ran = run_one(&a)?;
+    let one = |a: GenerateArgs, loaded| -> Result<crate::pipeline::Ran> {
+        let ran = run_one(&a, loaded)?;
         targets.after_run(&ran, &a.output)?;
         Ok(ran)
     };
@@ -22,21 +22,25 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         super::all_streams::run(a, one)?;
         None
     } else {
-        Some(one(a)?.os_stream)
+        Some(one(a, None)?.os_stream)
     };
     targets.after_all(&output, stream.as_deref())
 }
 
 /// One run: settings, the output directory locked and swept of what killed
-/// runs left, the pipeline.
-fn run_one(a: &GenerateArgs) -> Result<crate::pipeline::Ran> {
+/// runs left, the pipeline (from the release as `loaded`, when the caller
+/// loaded it).
+fn run_one(
+    a: &GenerateArgs,
+    loaded: Option<crate::pipeline::load::Loaded>,
+) -> Result<crate::pipeline::Ran> {
     let settings = settings(a)?;
     // Two runs into one output directory: the second refuses at once.
     let _out_lock = crate::util::lock::DirLock::output(&settings.output)?;
     if !settings.dry_run {
         recover(&settings.input.cache_dir, &settings.output);
     }
-    crate::pipeline::run(&settings)
+    crate::pipeline::run(&settings, loaded)
 }
 
 /// `generate`'s flags read into [`Settings`], the one place each is read:

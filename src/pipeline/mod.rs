@@ -60,10 +60,12 @@ impl Ran {
     }
 }
 
-/// Run `generate` with validated settings. A disk-full error anywhere
-/// (ours or a tool's) comes back with one line in front naming the
-/// filesystem, what the run needed there and what is free.
-pub fn run(s: &Settings) -> Result<Ran> {
+/// Run `generate` with validated settings, from the release as `loaded`
+/// already resolved and imported (`--os-stream all` loads every stream at
+/// once, [`load::load_all`]) or else resolving and importing it first. A
+/// disk-full error anywhere (ours or a tool's) comes back with one line in
+/// front naming the filesystem, what the run needed there and what is free.
+pub fn run(s: &Settings, loaded: Option<Loaded>) -> Result<Ran> {
     let mut places = vec![
         Place {
             role: "cache".into(),
@@ -78,15 +80,15 @@ pub fn run(s: &Settings) -> Result<Ran> {
             fix: "free some space there or choose another with -o".into(),
         },
     ];
-    run_stages(s, &mut places).map_err(|e| explain_places(e, &places))
+    run_stages(s, loaded, &mut places).map_err(|e| explain_places(e, &places))
 }
 
-fn run_stages(s: &Settings, places: &mut Vec<Place>) -> Result<Ran> {
+fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> Result<Ran> {
     let chosen = backend::choose(s.backend)?;
     // Region and credentials from the AWS chain, before anything is built.
     let aws = s.aws.as_ref().map(aws::Session::connect).transpose()?;
     let reporter = Reporter::new(s.progress);
-    let loaded = resolve_and_import(s)?;
+    let loaded = resolve_and_import(s, loaded)?;
     let mut ran = Ran {
         os_stream: loaded.stream_key(),
         uploads: Vec::new(),
@@ -178,9 +180,13 @@ fn mkfs_tools(s: &Settings, r: &Reporter) -> Result<Option<crate::disk::mkfs::To
 }
 
 /// Stages resolve and import: the release, its OS image, and the OS commit
-/// in the cache (not imported for a dry run unless already cached).
-fn resolve_and_import(s: &Settings) -> Result<Loaded> {
-    let loaded = cancel::block_on(load::load(&s.input, !s.dry_run))?;
+/// in the cache (not imported for a dry run unless already cached), unless
+/// the caller did (`loaded`).
+fn resolve_and_import(s: &Settings, loaded: Option<Loaded>) -> Result<Loaded> {
+    let loaded = match loaded {
+        Some(l) => l,
+        None => cancel::block_on(load::load(&s.input, !s.dry_run))?,
+    };
     if let Some((rec, _)) = loaded
         .import
         .as_ref()

@@ -212,30 +212,49 @@ pub async fn open_component(
     )
 }
 
-/// Resolve the release and its OS image; `on_release` sees the release
-/// before its payload is read ([`read_release`]).
-pub async fn resolve(
+/// A release opened once: its payload read and every OS image it names
+/// opened and classified (as the MCO finds them), so that one read of the
+/// release serves each OS stream chosen from it ([`Opened::choose`]).
+pub struct Opened {
+    release: Image,
+    release_ref: String,
+    payload: Payload,
+    arch: String,
+    candidates: Vec<Component>,
+    found: Vec<Found>,
+    images: Vec<Option<Image>>,
+}
+
+/// Open the release and every OS image candidate for `os_stream` (all of
+/// them for `None`); `on_release` sees the release before its payload is
+/// read ([`read_release`]).
+pub async fn open(
     fetcher: &Fetcher,
     r: &ImageRef,
     mirrors: Option<&Mirrors>,
     os_stream: Option<&str>,
     tmp: &Path,
     on_release: OnRelease<'_>,
-) -> Result<(Resolved, Image)> {
+) -> Result<Opened> {
     let (rel, payload) = read_release(fetcher, r, tmp, on_release).await?;
     let arch = rel.coreos_arch();
     if let Some(want) = &fetcher.opts.arch {
         if rel.index.is_none() && &arch != want {
+            fetcher.close(rel).await.ok();
             bail!(
                 "{r} is a single-architecture release for {arch}, not {want}: drop --arch {want}, or use the {want} (or -multi) release image"
             );
         }
     }
     // Open every OS candidate (its labels say what it is), as the MCO does.
-    let candidates = payload.os_candidates(os_stream);
+    let candidates: Vec<Component> = payload
+        .os_candidates(os_stream)
+        .into_iter()
+        .cloned()
+        .collect();
     let mut found = Vec::new();
     let mut images = Vec::new();
-    for &c in &candidates {
+    for c in &candidates {
         match open_component(fetcher, r, c, mirrors, &arch).await {
             Ok(img) => {
                 let labels = img.labels();
@@ -252,57 +271,81 @@ pub async fn resolve(
             }
         }
     }
-    let choice = osimages::choose(&found, &payload.version, os_stream);
-    let mut chosen = None;
-    for (i, img) in images.into_iter().enumerate() {
-        match img {
-            Some(img) if choice.as_ref().is_ok_and(|c| c.index == i) => chosen = Some(img),
-            Some(img) => {
-                fetcher.close(img).await.ok();
-            }
-            None => {}
-        }
-    }
-    let choice = choice?;
-    let os = chosen.context("the chosen OS image is open")?;
-    let comp = candidates[choice.index].clone();
-    let stream_class = found[choice.index].stream_class.clone();
-    let labels = os.labels();
-    let format = detect_format(
-        &labels,
-        &format!("OS image {} (release tag {})", comp.pullspec, comp.tag),
-    )?;
-    let stream = payload.stream_for(stream_class.as_deref()).cloned();
-    let amis = stream
-        .as_ref()
-        .map(|s| pinned_amis(s, &arch))
-        .unwrap_or_default();
-    let resolved = Resolved {
+    Ok(Opened {
+        release: rel,
         release_ref: r.to_string(),
-        release_digest: rel.digest.clone(),
-        release_version: payload.version.clone(),
+        payload,
         arch,
-        os_tag: comp.tag.clone(),
-        os_stream_class: stream_class,
-        os_choice: choice.reason,
-        os_images: found,
-        os_pullspec: comp.pullspec.clone(),
-        os_source: os.reference.to_string(),
-        os_digest: os.digest.clone(),
-        os_format: format,
-        os_labels: labels,
-        release_index: rel.index.as_ref().map(IndexChoice::from),
-        os_index: os.index.as_ref().map(IndexChoice::from),
-        os_derived_layers: (format == OsFormat::OstreeNative)
-            .then(|| derived_layers(&os))
-            .flatten(),
-        os_release_annotation: comp.machine_os.clone(),
-        pinned_amis: amis,
-        stream,
-        payload: Some(payload),
-    };
-    fetcher.close(rel).await.ok();
-    Ok((resolved, os))
+        candidates,
+        found,
+        images,
+    })
+}
+
+impl Opened {
+    /// Every image found under an OS tag of the release.
+    pub fn found(&self) -> &[Found] {
+        &self.found
+    }
+
+    /// The release's version.
+    pub fn version(&self) -> &str {
+        &self.payload.version
+    }
+
+    /// The OS image of `os_stream` (the MCO's choice for `None`), resolved,
+    /// and that image, open.
+    pub fn choose(&self, os_stream: Option<&str>) -> Result<(Resolved, &Image)> {
+        let choice = osimages::choose(&self.found, &self.payload.version, os_stream)?;
+        let os = self.images[choice.index]
+            .as_ref()
+            .context("the chosen OS image is open")?;
+        let comp = &self.candidates[choice.index];
+        let stream_class = self.found[choice.index].stream_class.clone();
+        let labels = os.labels();
+        let format = detect_format(
+            &labels,
+            &format!("OS image {} (release tag {})", comp.pullspec, comp.tag),
+        )?;
+        let stream = self.payload.stream_for(stream_class.as_deref()).cloned();
+        let amis = stream
+            .as_ref()
+            .map(|s| pinned_amis(s, &self.arch))
+            .unwrap_or_default();
+        let resolved = Resolved {
+            release_ref: self.release_ref.clone(),
+            release_digest: self.release.digest.clone(),
+            release_version: self.payload.version.clone(),
+            arch: self.arch.clone(),
+            os_tag: comp.tag.clone(),
+            os_stream_class: stream_class,
+            os_choice: choice.reason,
+            os_images: self.found.clone(),
+            os_pullspec: comp.pullspec.clone(),
+            os_source: os.reference.to_string(),
+            os_digest: os.digest.clone(),
+            os_format: format,
+            os_labels: labels,
+            release_index: self.release.index.as_ref().map(IndexChoice::from),
+            os_index: os.index.as_ref().map(IndexChoice::from),
+            os_derived_layers: (format == OsFormat::OstreeNative)
+                .then(|| derived_layers(os))
+                .flatten(),
+            os_release_annotation: comp.machine_os.clone(),
+            pinned_amis: amis,
+            stream,
+            payload: Some(self.payload.clone()),
+        };
+        Ok((resolved, os))
+    }
+
+    /// Close the release and every OS image opened.
+    pub async fn close(self, fetcher: &Fetcher) {
+        for img in self.images.into_iter().flatten() {
+            fetcher.close(img).await.ok();
+        }
+        fetcher.close(self.release).await.ok();
+    }
 }
 
 #[cfg(test)]
