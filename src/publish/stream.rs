@@ -311,7 +311,12 @@ mod tests {
             "live-rootfs" => format!("rhcos-{V}-live-rootfs.x86_64.img"),
             k => {
                 let p = crate::platforms::by_meta_key(k).unwrap();
-                p.file_name("rhcos", V, "x86_64", Compressor::Gzip)
+                p.file_name(
+                    "rhcos",
+                    V,
+                    crate::util::arch::Arch::X86_64,
+                    Compressor::Gzip,
+                )
             }
         }
     }
