@@ -141,7 +141,7 @@ pub fn image_ref(data: &[u8]) {
 pub fn oci_index(data: &[u8]) {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
         for a in arches() {
-            let _ = index::choose(&v, "sha256:00", a.as_str(), "fuzz");
+            let _ = index::choose(&v, "sha256:00", a, "fuzz");
         }
     }
     let Ok(d) = tempfile::tempdir() else { return };
@@ -155,7 +155,7 @@ pub fn oci_index(data: &[u8]) {
 pub fn oci_manifest(data: &[u8]) {
     let _ = fetch::parse_json::<ostree_ext::oci_spec::image::ImageManifest>(data, "fuzz");
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-        let _ = index::choose(&v, "sha256:00", "x86_64", "fuzz");
+        let _ = index::choose(&v, "sha256:00", Arch::X86_64, "fuzz");
     }
 }
 
