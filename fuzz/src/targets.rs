@@ -183,8 +183,8 @@ pub fn image_json(data: &[u8]) {
 pub fn platforms_json(data: &[u8]) {
     if let Ok(p) = osconfig::Platforms::parse(data, "fuzz") {
         for a in arches() {
-            if p.for_arch(a.as_str()).is_ok() {
-                let _ = p.boot_json(a.as_str());
+            if p.for_arch(a).is_ok() {
+                let _ = p.boot_json(a);
             }
         }
     }

@@ -136,7 +136,7 @@ impl Plan {
         image_labels: BTreeMap<String, String>,
     ) -> Result<Plan> {
         let platforms_json = (os.config.platforms.as_ref())
-            .map(|p| p.boot_json(d.release.arch.as_str()))
+            .map(|p| p.boot_json(d.release.arch))
             .transpose()?;
         let not_yet = || anyhow::anyhow!("the plan was made before the OS was imported");
         let disk = d.disk.ok_or_else(not_yet)?;
@@ -390,7 +390,7 @@ pub fn console(
     arch: Arch,
 ) -> Result<(Vec<String>, Vec<String>, String)> {
     if let Some(p) = os.and_then(|o| o.config.platforms.as_ref()) {
-        let table = p.for_arch(arch.as_str())?;
+        let table = p.for_arch(arch)?;
         return Ok(match table.get(spec.ignition_id) {
             Some(c) => (
                 c.kernel_arguments.clone(),
