@@ -96,7 +96,7 @@ fn aws_preflight(
         s,
         &plan.name,
         &plan.version,
-        plan.release.arch.as_str(),
+        plan.release.arch,
         &plan.release.version,
         &os.config.image,
     )?;
