@@ -220,7 +220,7 @@ impl Builder<'_> {
                     app_version: &app,
                     sector_size: art.sector_size as u32,
                     os_description: &description,
-                    os_architecture: self.plan.release.arch.as_str(),
+                    os_architecture: self.plan.release.arch,
                 },
                 None,
                 &path,
