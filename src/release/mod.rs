@@ -18,8 +18,6 @@ pub const RELEASE_METADATA: &str = "release-manifests/release-metadata";
 pub const BOOTIMAGES_CONFIGMAP: &str = "release-manifests/0000_50_installer_coreos-bootimages.yaml";
 
 use crate::util::arch::Arch;
-/// Arch names live below every stage (the image layer needs them too).
-pub use crate::util::arch::{coreos_arch, host_arch, oci_arch, parse_arch, ARCHES};
 
 #[derive(Debug, Clone, Deserialize)]
 struct ImageStream {

@@ -257,31 +257,6 @@ impl<'de> serde::Deserialize<'de> for Arch {
     }
 }
 
-// The string API the modules not yet moved to [`Arch`] call, on top of it.
-
-/// The OCI (GOARCH) name of a CoreOS architecture; OCI names pass through.
-pub fn oci_arch(arch: &str) -> String {
-    Arch::parse(arch).map_or(arch.to_string(), |a| a.oci_name().to_string())
-}
-
-/// The CoreOS architectures, by their CoreOS names.
-pub const ARCHES: [&str; 4] = ["x86_64", "aarch64", "ppc64le", "s390x"];
-
-/// `--arch`: a CoreOS or OCI architecture name, as its CoreOS name.
-pub fn parse_arch(a: &str) -> Result<String> {
-    parse_known(a).map(|a| a.to_string())
-}
-
-/// This host's architecture, by its CoreOS name.
-pub fn host_arch() -> String {
-    Arch::host().to_string()
-}
-
-/// Map an OCI architecture to the CoreOS name.
-pub fn coreos_arch(oci: &str) -> String {
-    Arch::parse(oci).map_or(oci.to_string(), |a| a.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
