@@ -51,7 +51,7 @@ fn full_meta() -> Meta {
         VERSION,
         COMMIT,
         &meta::rfc3339_utc(1_737_552_420),
-        ARCH,
+        ARCH.parse().unwrap(),
     );
     m.base_oscontainer = Some(ContainerImage {
         image: "quay.io/openshift-release-dev/ocp-v4.0-art-dev".into(),
@@ -182,7 +182,8 @@ fn full_meta_validates_against_cosa_schema() {
 #[test]
 fn minimal_meta_without_images_validates() {
     let v = validator();
-    let m = Meta::new(NAME, VERSION, COMMIT, "2025-01-22T13:27:00Z", ARCH);
+    let arch = ARCH.parse().unwrap();
+    let m = Meta::new(NAME, VERSION, COMMIT, "2025-01-22T13:27:00Z", arch);
     let errs = errors(&v, &written(&m));
     assert!(errs.is_empty(), "{}", errs.join("\n"));
 }

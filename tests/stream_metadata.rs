@@ -220,7 +220,7 @@ fn meta() -> Meta {
         V,
         &hash("commit", ""),
         "2025-01-22T13:27:00Z",
-        "x86_64",
+        "x86_64".parse().unwrap(),
     );
     for (key, file, ..) in table() {
         let compressed = file.ends_with(".gz");

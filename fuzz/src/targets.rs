@@ -5,6 +5,7 @@
 //! `fuzz/corpus/<name>/`.
 use bootimage_gen::image::{fetch, idms, imageref, index, layers, layout};
 use bootimage_gen::oscontainer::config as osconfig;
+use bootimage_gen::util::arch::Arch;
 use bootimage_gen::{fs, live, oscontainer, release};
 use std::collections::BTreeMap;
 
@@ -33,7 +34,10 @@ pub fn by_name(name: &str) -> Option<Target> {
     TARGETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
-const ARCHES: [&str; 4] = ["x86_64", "aarch64", "ppc64le", "s390x"];
+/// The arches tried: every one the tool knows, and one it does not.
+fn arches() -> impl Iterator<Item = Arch> {
+    Arch::KNOWN.into_iter().chain([Arch::RISCV64])
+}
 
 fn payload(files: &[(&str, &[u8])]) {
     let m: BTreeMap<String, Vec<u8>> = files
@@ -46,9 +50,9 @@ fn payload(files: &[(&str, &[u8])]) {
                 let _ = imageref::ImageRef::parse(&c.pullspec);
                 let class = release::osimages::installer_stream_for_tag(&c.tag);
                 if let Some(st) = p.stream_for(class) {
-                    for a in ARCHES {
+                    for a in arches() {
                         let _ = release::stream_platforms(st, a);
-                        let _ = release::pinned_amis(st, a);
+                        let _ = release::pinned_amis(st, a.as_str());
                     }
                 }
             }
@@ -84,9 +88,9 @@ pub fn bootimages(data: &[u8]) {
 /// run's stream.json).
 pub fn stream_json(data: &[u8]) {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-        for a in ARCHES {
+        for a in arches() {
             let _ = release::stream_platforms(&v, a);
-            let _ = release::pinned_amis(&v, a);
+            let _ = release::pinned_amis(&v, a.as_str());
         }
     }
     let _ = serde_json::from_slice::<bootimage_gen::publish::stream::Stream>(data);
@@ -136,7 +140,7 @@ pub fn image_ref(data: &[u8]) {
 /// layout's index.json reader.
 pub fn oci_index(data: &[u8]) {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-        for a in ARCHES {
+        for a in arches() {
             let _ = index::choose(&v, "sha256:00", a, "fuzz");
         }
     }
@@ -151,7 +155,7 @@ pub fn oci_index(data: &[u8]) {
 pub fn oci_manifest(data: &[u8]) {
     let _ = fetch::parse_json::<ostree_ext::oci_spec::image::ImageManifest>(data, "fuzz");
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-        let _ = index::choose(&v, "sha256:00", "x86_64", "fuzz");
+        let _ = index::choose(&v, "sha256:00", Arch::X86_64, "fuzz");
     }
 }
 
@@ -178,7 +182,7 @@ pub fn image_json(data: &[u8]) {
 /// `/usr/share/coreos-assembler/platforms.json`.
 pub fn platforms_json(data: &[u8]) {
     if let Ok(p) = osconfig::Platforms::parse(data, "fuzz") {
-        for a in ARCHES {
+        for a in arches() {
             if p.for_arch(a).is_ok() {
                 let _ = p.boot_json(a);
             }

@@ -27,7 +27,7 @@ impl DiskJob {
             .open(path)
             .with_context(|| format!("creating {}", path.display()))?;
         file.set_len(d.metal_size)?;
-        let layout = Layout::new(&d.arch, d.metal_size, 512)?;
+        let layout = Layout::new(d.arch, d.metal_size, 512)?;
         ensure!(
             layout.part("root").size == d.root_size,
             "root partition size differs from the plan"

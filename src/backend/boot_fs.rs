@@ -29,7 +29,7 @@ impl DiskJob {
     ) -> Result<(PathBuf, Option<PathBuf>)> {
         let key = b.key();
         let img = self.work.join(format!("boot-{key}.img"));
-        let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
+        let layout = Layout::new(self.disk.arch, self.disk.metal_size, 512)?;
         let boot_p = layout.part("boot");
         let part = self.work.join(format!("boot-{key}.img.partial"));
         // The platform's edits go to a copy of the staged boot filesystem

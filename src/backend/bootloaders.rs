@@ -36,7 +36,7 @@ impl DiskJob {
         boot: &Path,
     ) -> Result<Installed> {
         let d = &self.disk;
-        let boots_with = crate::platforms::arch_boot(&d.arch);
+        let boots_with = crate::platforms::arch_boot(d.arch);
         let efi_src = tree.join(OS_EFI_DIR);
         let static_grub = match &self.bootupd {
             Some(_) => bootupd::StaticGrub::read(tree)?,

@@ -10,6 +10,7 @@
 //! stages the live root tree from the deployment.
 use crate::disk::{bootupd, deploy, grubcfg};
 use crate::live;
+use crate::util::arch::Arch;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -141,7 +142,7 @@ pub struct LiveStage {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlanDisk {
     /// The OS image's architecture: it picks the partition table.
-    pub arch: String,
+    pub arch: Arch,
     /// Bytes the deployed tree takes (4 KiB blocks, hardlinks once).
     pub content_bytes: u64,
     pub root_size: u64,

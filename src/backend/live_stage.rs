@@ -29,7 +29,7 @@ impl DiskJob {
         let kernel = self.live_kernel(&kdir, &dir, r)?;
         let os_initramfs = os_initramfs(&kdir, &dir)?;
         let features = features(tree, &mut notes)?;
-        let open_firmware = crate::platforms::arch_boot(&self.disk.arch).prep;
+        let open_firmware = crate::platforms::arch_boot(self.disk.arch).prep;
         let menus = menus(lj, src, open_firmware, r)?;
         let efiboot = match &src.efi {
             Some(e) => Some(self.efiboot(&dir, &l.volume_id, e.src, e.vendor)?),

@@ -77,7 +77,7 @@ impl DiskJob {
 
     /// The base disk's root filesystem, read-only.
     fn mount_base_root(&self, base: &DiskOutput) -> Result<Mounted> {
-        let layout = Layout::new(&self.disk.arch, self.disk.metal_size, 512)?;
+        let layout = Layout::new(self.disk.arch, self.disk.metal_size, 512)?;
         mount_ro(&base.base, &layout, "root", &self.work.join("base-root"))
     }
 
@@ -228,7 +228,7 @@ impl DiskJob {
                 origin: self.origin.clone(),
                 aleph: self.aleph.clone(),
                 platforms_json: self.platforms_json.as_deref(),
-                zipl: crate::platforms::arch_boot(&d.arch).zipl,
+                zipl: crate::platforms::arch_boot(d.arch).zipl,
                 tool: match &self.buildroot {
                     Some(t) if t.deploys => deploy::Tool::Os(&t.buildroot),
                     _ => deploy::Tool::Host,

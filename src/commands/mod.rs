@@ -56,7 +56,7 @@ pub fn input_settings(a: &InputArgs) -> Result<Input> {
     fetch.arch = a
         .arch
         .as_deref()
-        .map(crate::release::parse_arch)
+        .map(crate::util::arch::parse_known)
         .transpose()?;
     let mirrors = a.idms_file.as_deref().map(Mirrors::from_file).transpose()?;
     Ok(Input {

@@ -210,7 +210,7 @@ pub fn pull(a: PullArgs) -> Result<()> {
     let arch = a
         .arch
         .as_deref()
-        .map(crate::release::parse_arch)
+        .map(crate::util::arch::parse_known)
         .transpose()?;
     let c = client::Client::connect(&r, &options(&a.registry, 0))?;
     // Verified, the index is pulled by its digest: the tag cannot move

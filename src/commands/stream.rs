@@ -3,6 +3,7 @@
 use crate::cli::StreamMergeArgs;
 use crate::publish::merge::{self, Doc};
 use crate::publish::stream::{STREAMS_JSON, STREAM_JSON};
+use crate::util::arch::Arch;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
@@ -30,7 +31,7 @@ fn document(p: &Path) -> Result<PathBuf> {
 /// runs split by platform merge only when they are one build. (A stream
 /// document records the OS version, not the commit.)
 fn one_build_per_arch(inputs: &[merge::Input]) -> Result<()> {
-    let mut seen: std::collections::BTreeMap<String, (String, &Path)> = Default::default();
+    let mut seen: std::collections::BTreeMap<Arch, (String, &Path)> = Default::default();
     for i in inputs {
         if !matches!(i.doc, Doc::One(_)) {
             continue;
@@ -43,12 +44,12 @@ fn one_build_per_arch(inputs: &[merge::Input]) -> Result<()> {
             continue;
         };
         let (Some(arch), Some(commit)) = (
-            m["coreos-assembler.basearch"].as_str(),
+            (m["coreos-assembler.basearch"].as_str()).and_then(|a| Arch::parse(a).ok()),
             m["ostree-commit"].as_str(),
         ) else {
             continue;
         };
-        match seen.get(arch) {
+        match seen.get(&arch) {
             Some((c0, p0)) if c0 != commit => bail!(
                 "arch {arch} is in both {} (ostree commit {c0}) and {} (ostree commit {commit}): two builds; a stream holds one build per arch",
                 p0.display(),
@@ -56,7 +57,7 @@ fn one_build_per_arch(inputs: &[merge::Input]) -> Result<()> {
             ),
             Some(_) => {}
             None => {
-                seen.insert(arch.to_string(), (commit.to_string(), &i.path));
+                seen.insert(arch, (commit.to_string(), &i.path));
             }
         }
     }
@@ -82,11 +83,7 @@ pub fn merge(a: StreamMergeArgs) -> Result<()> {
     };
     let doc = merge::merge(&inputs, &dir, a.base_url.as_deref(), a.stream.as_deref())?;
     let arches = |s: &crate::publish::stream::Stream| {
-        s.architectures
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
+        Arch::join(&s.architectures.keys().copied().collect::<Vec<_>>())
     };
     let (mut data, said) = match &doc {
         Doc::One(s) => (

@@ -122,6 +122,7 @@ mod tests {
     use super::super::layout::{DISK_GUID, MIB, PARTITIONS};
     use super::*;
     use crate::sys::loopback::LoopDevice;
+    use crate::util::arch::Arch;
     use std::process::Command;
 
     /// `sfdisk -J` of the image; 4K images are read through a loop device
@@ -157,7 +158,7 @@ mod tests {
             let f = tempfile::NamedTempFile::new().unwrap();
             let size = 3 << 30;
             f.as_file().set_len(size).unwrap();
-            let l = Layout::new("x86_64", size, ss).unwrap();
+            let l = Layout::new(Arch::X86_64, size, ss).unwrap();
             write(&mut f.as_file(), &l, DISK_GUID).unwrap();
             let j = sfdisk_json(f.path(), ss);
             let t = &j["partitiontable"];
@@ -197,8 +198,8 @@ mod tests {
     #[test]
     fn ppc64le_and_s390x_tables_read_back() {
         for (arch, want) in [
-            ("ppc64le", vec![(1, 1), (2, 5), (3, 6), (4, 390)]),
-            ("s390x", vec![(3, 1), (4, 385)]),
+            (Arch::Ppc64le, vec![(1, 1), (2, 5), (3, 6), (4, 390)]),
+            (Arch::S390x, vec![(3, 1), (4, 385)]),
         ] {
             for ss in [512u64, 4096] {
                 let f = tempfile::NamedTempFile::new().unwrap();

@@ -3,6 +3,7 @@
 //! partitions, type GUIDs, labels, filesystems, UUIDs and mkfs options.
 //! Offsets are in bytes and the same for 512- and 4096-byte sectors. The
 //! arch is the OS image's, never the host's.
+use crate::util::arch::Arch;
 use anyhow::{bail, Result};
 use serde::Serialize;
 
@@ -138,14 +139,15 @@ pub const PPC64LE: [PartSpec; 4] = [
 pub const S390X: [PartSpec; 2] = [BOOT, root("5EEAD9A9-FE09-4A1E-A1D7-520D00531306")];
 
 /// The partition table of `arch` (the OS image's architecture).
-pub fn table(arch: &str) -> Result<&'static [PartSpec]> {
+pub fn table(arch: Arch) -> Result<&'static [PartSpec]> {
     match arch {
-        "x86_64" => Ok(&X86_64),
-        "aarch64" => Ok(&AARCH64),
-        "ppc64le" => Ok(&PPC64LE),
-        "s390x" => Ok(&S390X),
-        other => bail!(
-            "no disk layout for architecture {other} (known: x86_64, aarch64, ppc64le, s390x)"
+        Arch::X86_64 => Ok(&X86_64),
+        Arch::Aarch64 => Ok(&AARCH64),
+        Arch::Ppc64le => Ok(&PPC64LE),
+        Arch::S390x => Ok(&S390X),
+        Arch::Other(_) => bail!(
+            "no disk layout for architecture {arch} (known: {})",
+            Arch::known_names()
         ),
     }
 }
@@ -197,17 +199,17 @@ impl Layout {
     /// Place the table on a disk of `disk_size` bytes; the root partition
     /// takes the rest, ending on a 1 MiB boundary before the backup GPT (so
     /// the same root fits 512- and 4096-byte-sector disks of one size).
-    pub fn new(arch: &str, disk_size: u64, sector_size: u64) -> Result<Self> {
+    pub fn new(arch: Arch, disk_size: u64, sector_size: u64) -> Result<Self> {
         Self::place(arch, disk_size, sector_size, None)
     }
 
     /// Place the table with a root partition of exactly `root_size` bytes
     /// (a derived platform: the same root on a possibly larger disk).
-    pub fn with_root(arch: &str, disk_size: u64, sector_size: u64, root_size: u64) -> Result<Self> {
+    pub fn with_root(arch: Arch, disk_size: u64, sector_size: u64, root_size: u64) -> Result<Self> {
         Self::place(arch, disk_size, sector_size, Some(root_size))
     }
 
-    fn place(arch: &str, disk_size: u64, sector_size: u64, root_size: Option<u64>) -> Result<Self> {
+    fn place(arch: Arch, disk_size: u64, sector_size: u64, root_size: Option<u64>) -> Result<Self> {
         let table = table(arch)?;
         if sector_size != 512 && sector_size != 4096 {
             bail!("sector size {sector_size} is not supported (512 or 4096)");
@@ -270,7 +272,7 @@ impl Layout {
     /// Smallest disk holding a root filesystem of `root` bytes (rounded up
     /// to whole MiB): the fixed partitions, the root and the tail MiB that
     /// holds the backup GPT.
-    pub fn disk_size_for_root(arch: &str, root: u64) -> Result<u64> {
+    pub fn disk_size_for_root(arch: Arch, root: u64) -> Result<u64> {
         let fixed: u64 = table(arch)?.iter().filter_map(|p| p.size).sum();
         Ok(ALIGN + fixed + root.div_ceil(MIB) * MIB + TAIL)
     }
@@ -281,7 +283,7 @@ mod tests {
     use super::*;
     #[test]
     fn offsets_match_spec_for_both_sector_sizes() {
-        for arch in ["x86_64", "aarch64"] {
+        for arch in [Arch::X86_64, Arch::Aarch64] {
             for ss in [512, 4096] {
                 let l = Layout::new(arch, 10 << 30, ss).unwrap();
                 let starts: Vec<u64> = l.parts.iter().map(|p| p.start / MIB).collect();
@@ -306,8 +308,8 @@ mod tests {
     /// has BIOS-BOOT, and the aarch64 root type; the rest as on x86_64.
     #[test]
     fn per_arch_tables() {
-        let x = Layout::new("x86_64", 10 << 30, 512).unwrap();
-        let a = Layout::new("aarch64", 10 << 30, 512).unwrap();
+        let x = Layout::new(Arch::X86_64, 10 << 30, 512).unwrap();
+        let a = Layout::new(Arch::Aarch64, 10 << 30, 512).unwrap();
         let labels = |l: &Layout| l.parts.iter().map(|p| p.spec.label).collect::<Vec<_>>();
         assert_eq!(labels(&x), ["BIOS-BOOT", "EFI-SYSTEM", "boot", "root"]);
         assert_eq!(labels(&a), ["reserved", "EFI-SYSTEM", "boot", "root"]);
@@ -330,7 +332,7 @@ mod tests {
                 (q.start, q.size, q.spec.fs_uuid)
             );
         }
-        let e = Layout::new("riscv64", 10 << 30, 512)
+        let e = Layout::new(Arch::RISCV64, 10 << 30, 512)
             .unwrap_err()
             .to_string();
         assert!(e.contains("riscv64") && e.contains("ppc64le"), "{e}");
@@ -341,7 +343,7 @@ mod tests {
     #[test]
     fn ppc64le_and_s390x_tables() {
         for ss in [512, 4096] {
-            let p = Layout::new("ppc64le", 10 << 30, ss).unwrap();
+            let p = Layout::new(Arch::Ppc64le, 10 << 30, ss).unwrap();
             let got: Vec<_> = p
                 .parts
                 .iter()
@@ -366,7 +368,7 @@ mod tests {
                 "C31C45E6-3F39-412E-80FB-4809C4980599"
             );
             assert!(p.find("EFI-SYSTEM").is_none());
-            let z = Layout::new("s390x", 10 << 30, ss).unwrap();
+            let z = Layout::new(Arch::S390x, 10 << 30, ss).unwrap();
             let got: Vec<_> = z
                 .parts
                 .iter()
@@ -377,9 +379,9 @@ mod tests {
                 z.part("root").spec.type_guid,
                 "5EEAD9A9-FE09-4A1E-A1D7-520D00531306"
             );
-            let d = Layout::disk_size_for_root("s390x", 1 << 30).unwrap();
+            let d = Layout::disk_size_for_root(Arch::S390x, 1 << 30).unwrap();
             assert_eq!(
-                Layout::new("s390x", d, ss).unwrap().part("root").size,
+                Layout::new(Arch::S390x, d, ss).unwrap().part("root").size,
                 1 << 30
             );
         }

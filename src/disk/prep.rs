@@ -79,6 +79,7 @@ mod tests {
     use super::*;
     use crate::disk::gpt;
     use crate::disk::layout::{DISK_GUID, MIB};
+    use crate::util::arch::Arch;
 
     /// Without the OS's modules the error names the directory, the target
     /// and where RHCOS ships it.
@@ -87,7 +88,7 @@ mod tests {
         let work = tempfile::tempdir().unwrap();
         let f = tempfile::NamedTempFile::new().unwrap();
         f.as_file().set_len(1 << 30).unwrap();
-        let l = Layout::new("ppc64le", 1 << 30, 512).unwrap();
+        let l = Layout::new(Arch::Ppc64le, 1 << 30, 512).unwrap();
         gpt::write(&mut f.as_file(), &l, DISK_GUID).unwrap();
         let e = format!(
             "{:#}",
@@ -97,7 +98,7 @@ mod tests {
             e.contains("powerpc-ieee1275") && e.contains("grub2-ppc64le-modules"),
             "{e}"
         );
-        let x = Layout::new("x86_64", 1 << 30, 512).unwrap();
+        let x = Layout::new(Arch::X86_64, 1 << 30, 512).unwrap();
         let e = format!(
             "{:#}",
             install_prep(f.as_file(), &x, work.path(), work.path()).unwrap_err()

@@ -20,6 +20,7 @@
 use super::bios::MBR_CODE_END;
 use super::grubcfg::BlsEntry;
 use crate::sys::loopback::LoopDevice;
+use crate::util::arch::Arch;
 use crate::util::cmd;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -57,7 +58,7 @@ pub fn find_zipl(sysroot: &Path) -> Option<PathBuf> {
 /// How to run an s390x program on this host: natively on s390x, else the
 /// user-mode emulator.
 pub fn emulator() -> Result<Option<&'static str>> {
-    if std::env::consts::ARCH == "s390x" {
+    if Arch::host() == Arch::S390x {
         return Ok(None);
     }
     QEMU_USER

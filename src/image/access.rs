@@ -4,6 +4,7 @@
 //! to do. Fetching (`fetch.rs`) and manifest-list choice (`index.rs`) both
 //! build on this file, which imports neither.
 use super::imageref::ImageRef;
+use crate::util::arch::Arch;
 use anyhow::{anyhow, bail, Context, Result};
 use ostree_ext::containers_image_proxy::ImageProxyConfig;
 use std::path::{Path, PathBuf};
@@ -17,9 +18,8 @@ pub struct FetchOptions {
     pub insecure: bool,
     /// Directory with extra CA certificates (`*.crt`), as containers' certs.d.
     pub cert_dir: Option<PathBuf>,
-    /// The architecture (CoreOS name) to pick from manifest lists; `None`:
-    /// this host's.
-    pub arch: Option<String>,
+    /// The architecture to pick from manifest lists; `None`: this host's.
+    pub arch: Option<Arch>,
     /// Default credential files that exist but could not be read (skipped:
     /// the pull goes on anonymously), with the reason.
     pub skipped_auth: Vec<String>,
@@ -76,10 +76,8 @@ impl FetchOptions {
     }
 
     /// The architecture to pick from manifest lists.
-    pub fn arch_choice(&self) -> String {
-        self.arch
-            .clone()
-            .unwrap_or_else(crate::util::arch::host_arch)
+    pub fn arch_choice(&self) -> Arch {
+        self.arch.unwrap_or_else(Arch::host)
     }
 
     /// The credentials file every reader gets: the resolved one, else an
@@ -146,14 +144,14 @@ impl FetchOptions {
     /// `skopeo copy` of `src` (a containers-transports reference) to an
     /// OCI archive at `dst`, with these credentials and TLS settings and
     /// skopeo's temporary files under `scratch`.
-    /// `arch` (CoreOS name): the entry to copy when `src` is a manifest
+    /// `arch`: the entry to copy when `src` is a manifest
     /// list (skopeo would pick this host's). Every member dated `mtime`.
     pub fn copy_to_oci_archive(
         &self,
         src: &str,
         dst: &Path,
         scratch: &Path,
-        arch: Option<&str>,
+        arch: Option<Arch>,
         mtime: u64,
     ) -> Result<()> {
         let mut c = crate::util::cmd::new("skopeo", ["--tmpdir"]);
@@ -162,7 +160,7 @@ impl FetchOptions {
             c.arg("--override-os")
                 .arg("linux")
                 .arg("--override-arch")
-                .arg(crate::util::arch::oci_arch(a));
+                .arg(a.oci_name());
         }
         c.arg("copy").arg("--quiet");
         if let Some(a) = &self.effective_authfile(scratch) {

@@ -4,6 +4,7 @@
 pub use super::access::{explain_error, FetchOptions};
 use super::access::{has_status, short_proxy_error};
 use super::imageref::ImageRef;
+use crate::util::arch::Arch;
 use crate::util::sha256::Sha256;
 use anyhow::{anyhow, bail, Context, Result};
 use ostree_ext::containers_image_proxy::{self as proxy, ImageProxy, OpenedImage};
@@ -40,9 +41,19 @@ impl Image {
             .unwrap_or_default()
     }
 
-    /// The CoreOS architecture name of the image (`x86_64`, `aarch64`, ...).
+    /// The image's architecture (its config's `architecture`, an OCI name).
+    pub fn arch(&self) -> Result<Arch> {
+        let name = self.config.architecture().to_string();
+        Arch::parse(&name)
+            .with_context(|| format!("image {}: its config's architecture", self.reference))
+    }
+
+    /// The CoreOS name of the image's architecture (its config's name when
+    /// it is none). For `release/resolve.rs`, which keeps the name (a
+    /// `String`) until it holds an [`Arch`]; then this goes.
     pub fn coreos_arch(&self) -> String {
-        crate::util::arch::coreos_arch(&self.config.architecture().to_string())
+        let name = self.config.architecture().to_string();
+        Arch::parse(&name).map_or(name, |a| a.to_string())
     }
 }
 
@@ -75,11 +86,19 @@ impl Fetcher {
     /// list / OCI index is resolved to its entry for the chosen arch
     /// ([`FetchOptions::arch_choice`]).
     pub async fn open(&self, r: &ImageRef) -> Result<Image> {
-        self.open_for(r, &self.opts.arch_choice()).await
+        self.open_arch(r, self.opts.arch_choice()).await
     }
 
-    /// [`Fetcher::open`], picking `arch` (CoreOS name) from a manifest list.
+    /// [`Fetcher::open_arch`] for an arch by name: for `release/resolve.rs`,
+    /// which passes the name (a `&str`) until it holds an [`Arch`]; then
+    /// this goes.
     pub async fn open_for(&self, r: &ImageRef, arch: &str) -> Result<Image> {
+        let arch = Arch::parse(arch).with_context(|| format!("opening {r}"))?;
+        self.open_arch(r, arch).await
+    }
+
+    /// [`Fetcher::open`], picking `arch` from a manifest list.
+    pub async fn open_arch(&self, r: &ImageRef, arch: Arch) -> Result<Image> {
         check_local(r)?;
         let mut index = None;
         let mut opened = r.clone();

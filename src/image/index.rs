@@ -7,6 +7,7 @@
 use super::access::FetchOptions;
 use super::imageref::ImageRef;
 use super::layout::REF_NAME;
+use crate::util::arch::Arch;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -43,9 +44,11 @@ fn is_index(media_type: Option<&str>, doc: &Value) -> bool {
     }
 }
 
-/// Pick the entry of `index` for the CoreOS arch `arch` (linux only).
-pub fn choose(index: &Value, index_digest: &str, arch: &str, what: &str) -> Result<Chosen> {
-    let want = crate::util::arch::oci_arch(arch);
+/// Pick the entry of `index` for `arch` (linux only): the entry whose
+/// `architecture` is its OCI name (entries of arches this tool does not
+/// know are listed in the error, never refused).
+pub fn choose(index: &Value, index_digest: &str, arch: Arch, what: &str) -> Result<Chosen> {
+    let want = arch.oci_name();
     let entries = index
         .get("manifests")
         .and_then(|m| m.as_array())
@@ -299,20 +302,31 @@ mod tests {
     }
     #[test]
     fn chooses_by_coreos_arch() {
-        let c = choose(&idx(), "sha256:ii", "aarch64", "release").unwrap();
+        let c = choose(&idx(), "sha256:ii", Arch::Aarch64, "release").unwrap();
         assert_eq!(c.digest, "sha256:bb");
         assert_eq!(c.platform, "linux/arm64/v8");
         assert_eq!(c.index_digest, "sha256:ii");
-        assert_eq!(choose(&idx(), "sha256:ii", "x86_64", "r").unwrap().size, 10);
+        assert_eq!(
+            choose(&idx(), "sha256:ii", Arch::X86_64, "r").unwrap().size,
+            10
+        );
         let e = format!(
             "{:#}",
-            choose(&idx(), "sha256:ii", "s390x", "release X").unwrap_err()
+            choose(&idx(), "sha256:ii", Arch::S390x, "release X").unwrap_err()
         );
         assert!(
             e.contains("release X")
                 && e.contains("linux/amd64, linux/arm64/v8")
                 && e.contains("--arch"),
             "{e}"
+        );
+        // An arch this tool does not know is chosen like any other.
+        let mut i = idx();
+        i["manifests"][1]["platform"] = json!({"architecture": "riscv64", "os": "linux"});
+        let c = choose(&i, "sha256:ii", Arch::RISCV64, "r").unwrap();
+        assert_eq!(
+            (c.digest.as_str(), c.platform.as_str()),
+            ("sha256:bb", "linux/riscv64")
         );
     }
     #[test]
@@ -346,7 +360,7 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (dg, doc) = top_index(&r, &o, scratch.path()).unwrap().unwrap();
         assert_eq!(dg, digest);
-        let c = choose(&doc, &dg, "aarch64", "r").unwrap();
+        let c = choose(&doc, &dg, Arch::Aarch64, "r").unwrap();
         let e = entry_ref(&r, &c, scratch.path()).unwrap();
         let ImageRef::Oci { path, tag } = &e else {
             panic!("{e:?}")

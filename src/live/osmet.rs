@@ -28,6 +28,7 @@
 //! whole image on the way.
 use crate::io::view::DiskView;
 use crate::publish::meta::sha256_file;
+use crate::util::arch::Arch;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -371,7 +372,7 @@ pub struct Header<'a> {
     pub app_version: &'a str,
     pub sector_size: u32,
     pub os_description: &'a str,
-    pub os_architecture: &'a str,
+    pub os_architecture: Arch,
 }
 
 impl Header<'_> {
@@ -382,7 +383,7 @@ impl Header<'_> {
         string(&mut w, self.app_version);
         varint(&mut w, self.sector_size as u64);
         string(&mut w, self.os_description);
-        string(&mut w, self.os_architecture);
+        string(&mut w, self.os_architecture.as_str());
         w
     }
 }
@@ -656,7 +657,7 @@ mod tests {
             app_version: "x",
             sector_size: 4096,
             os_description: "d",
-            os_architecture: "x86_64",
+            os_architecture: Arch::X86_64,
         }
         .encode();
         assert_eq!(&h[..8], b"OSMET\0\0\0");
@@ -737,7 +738,7 @@ mod tests {
             app_version: "t",
             sector_size: 512,
             os_description: "Test",
-            os_architecture: "x86_64",
+            os_architecture: Arch::X86_64,
         };
         let out = d.path().join("x.osmet");
         let st = pack(&view, &parts, &objects, &h, None, &out).unwrap();

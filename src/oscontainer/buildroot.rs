@@ -28,6 +28,7 @@ pub use elf::{elf_arch, elf_info, resolve_in, ElfInfo};
 pub use emulator::{emulator_version, runner};
 
 use super::repo::Repo;
+use crate::util::arch::Arch;
 use crate::util::cmd;
 use anyhow::{bail, Context, Result};
 use elf::head_of;
@@ -170,7 +171,7 @@ impl Buildroot {
     /// from `repo` the first time (into a scratch name, then renamed, so a
     /// killed checkout is never taken for a whole one), and probed: its
     /// ostree must run here.
-    pub fn prepare(cache_dir: &Path, repo: &Repo, commit: &str, arch: &str) -> Result<Buildroot> {
+    pub fn prepare(cache_dir: &Path, repo: &Repo, commit: &str, arch: Arch) -> Result<Buildroot> {
         let base = cache_dir.join("buildroot");
         let dir = base.join(commit);
         if !dir.join(OSTREE).exists() {
@@ -213,13 +214,13 @@ impl Buildroot {
 
     /// A buildroot of a tree already on disk (the merged layers of an image
     /// with no ostree commit): the namespace's mount points are made in it.
-    pub fn from_tree(dir: PathBuf, arch: &str) -> Result<Buildroot> {
+    pub fn from_tree(dir: PathBuf, arch: Arch) -> Result<Buildroot> {
         make_mount_points(&dir)?;
         Buildroot::probe(dir, arch)
     }
 
     /// Check that the tree's ostree runs here and read its version.
-    fn probe(dir: PathBuf, arch: &str) -> Result<Buildroot> {
+    fn probe(dir: PathBuf, arch: Arch) -> Result<Buildroot> {
         let what = format!("the OS's /{OSTREE}");
         let elf = elf_info(&head_of(&dir.join(OSTREE))?).unwrap_or(ElfInfo {
             machine: 0,
@@ -229,10 +230,7 @@ impl Buildroot {
         // A script or unknown file: taken to be for the disk's arch.
         let elf = match elf.machine {
             0 => ElfInfo {
-                arch: crate::util::arch::ARCHES
-                    .iter()
-                    .copied()
-                    .find(|a| *a == arch),
+                arch: Some(arch).filter(Arch::is_known),
                 ..elf
             },
             _ => elf,

@@ -257,8 +257,7 @@ fn os_ostree_version(cache: &Cache, commit: &str, img: &Image) -> Result<Option<
     if !buildroot::os_has_ostree(&cache.repo, commit)? {
         return Ok(None);
     }
-    let arch = crate::util::arch::coreos_arch(&img.config.architecture().to_string());
-    let b = match Buildroot::prepare(&cache.dir, &cache.repo, commit, &arch) {
+    let b = match Buildroot::prepare(&cache.dir, &cache.repo, commit, img.arch()?) {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!("the OS's ostree cannot run here ({e:#}): its derived layers are imported as this host's libostree would");

@@ -29,6 +29,7 @@
 use super::buildroot::{self, Bind, Buildroot};
 use super::Cache;
 use crate::image::fetch::{Fetcher, Image};
+use crate::util::arch::Arch;
 use crate::util::cmd;
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
@@ -185,8 +186,7 @@ async fn import_layers(
         .await?;
         let merged = scratch.path().join("merged");
         merge(&cache.repo.path, base, &commits, &merged, img)?;
-        let arch = crate::util::arch::coreos_arch(&img.config.architecture().to_string());
-        let br = os_buildroot(&merged, scratch.path(), &arch, img);
+        let br = os_buildroot(&merged, scratch.path(), img.arch()?, img);
         let version = br
             .as_ref()
             .and_then(|b| parse_year_release(&b.ostree_version));
@@ -343,7 +343,7 @@ fn merge(
 /// A buildroot made of the merged tree (hardlinks, plus the mount points
 /// the namespace needs, which the merged tree itself must not gain); `None`
 /// when the OS ships no ostree that runs here.
-fn os_buildroot(merged: &Path, scratch: &Path, arch: &str, img: &Image) -> Option<Buildroot> {
+fn os_buildroot(merged: &Path, scratch: &Path, arch: Arch, img: &Image) -> Option<Buildroot> {
     if !merged.join(buildroot::OSTREE).is_file() {
         tracing::info!("OS image {} ships no /{}", img.reference, buildroot::OSTREE);
         return None;

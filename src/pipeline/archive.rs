@@ -21,7 +21,7 @@ impl Builder<'_> {
             &self.plan.os.source,
             tmp.path(),
             &scratch,
-            (self.plan.os.multi_arch).then_some(self.plan.release.arch.as_str()),
+            (self.plan.os.multi_arch).then_some(self.plan.release.arch),
             self.plan.os.timestamp.max(0) as u64,
         )?;
         let entry = file_entry(&file, tmp.path(), Some(true))?;

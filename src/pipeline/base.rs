@@ -6,6 +6,7 @@ use crate::backend::job::{DiskOutput, LiveStage};
 use crate::disk::{derive, layout::Layout};
 use crate::io::view::Patch;
 use crate::plan::{Plan, PlanArtifact};
+use crate::util::arch::Arch;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -30,13 +31,14 @@ pub(super) struct Base {
 }
 
 impl Base {
-    pub(super) fn open(out: DiskOutput, arch: &str, metal_size: u64) -> Result<Self> {
+    /// `arch` by reference: `pipeline/mod.rs` passes `&job.disk.arch`.
+    pub(super) fn open(out: DiskOutput, arch: &Arch, metal_size: u64) -> Result<Self> {
         let file = File::open(&out.base)
             .with_context(|| format!("opening the base disk {}", out.base.display()))?;
         Ok(Base {
             path: out.base,
             file,
-            layout: Layout::new(arch, metal_size, 512)?,
+            layout: Layout::new(*arch, metal_size, 512)?,
             esp4k: out.esp4k,
             boots: out.boots,
             ipls: out.ipls,
@@ -60,13 +62,13 @@ impl Base {
         // The boot filesystem of this platform: derived once per distinct
         // boot setting (metal and metal4k share theirs) and kept for the run.
         let boot_p = self.layout.part("boot").clone();
-        let key = art.boot_setting(&d.arch).key();
+        let key = art.boot_setting(d.arch).key();
         let boot_img = self
             .boots
             .get(&key)
             .with_context(|| format!("no boot filesystem was derived for {}", art.platform))?;
         // The disk as this platform sees it.
-        let layout = Layout::with_root(&d.arch, disk_size, art.sector_size, d.root_size)?;
+        let layout = Layout::with_root(d.arch, disk_size, art.sector_size, d.root_size)?;
         let ipl = match self.ipls.get(&key) {
             Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
             None => None,

@@ -105,7 +105,7 @@ impl Builder<'_> {
     pub(super) fn uncompressed_name(&self, art: &PlanArtifact) -> String {
         let p = &self.plan;
         art.spec
-            .file_name(&p.name, &p.version, &p.release.arch, Compressor::None)
+            .file_name(&p.name, &p.version, p.release.arch, Compressor::None)
     }
 
     /// What every format's encoder gets besides the disk
@@ -115,7 +115,7 @@ impl Builder<'_> {
         art: &PlanArtifact,
         f: impl FnOnce(&formats::EncodeCtx) -> Result<T>,
     ) -> Result<T> {
-        let arch = &self.plan.release.arch;
+        let arch = self.plan.release.arch;
         let os = &self.plan.os;
         let ctx = formats::EncodeCtx {
             name: &self.plan.name,
@@ -123,8 +123,8 @@ impl Builder<'_> {
             summary: os.name_or("Linux"),
             file: &self.uncompressed_name(art),
             platform: &art.platform,
-            arch,
-            oci_arch: &crate::release::oci_arch(arch),
+            arch: arch.as_str(),
+            oci_arch: arch.oci_name(),
             mtime: os.timestamp.max(0) as u64,
             align: self.plan.compressor.chunk_size() as u64,
             threads: self.threads,

@@ -92,8 +92,8 @@ impl Contents {
         view: &dyn DiskView,
     ) -> Result<serde_json::Value> {
         let d = &plan.disk;
-        let layout = Layout::with_root(&d.arch, art.disk_size, art.sector_size, d.root_size)?;
-        let boot_key = art.boot_setting(&d.arch).key();
+        let layout = Layout::with_root(d.arch, art.disk_size, art.sector_size, d.root_size)?;
+        let boot_key = art.boot_setting(d.arch).key();
         let (key, file) = (&art.meta_key, &art.file);
         let mut m = Manifest::new();
         let mut partitions = Vec::new();

@@ -114,7 +114,7 @@ fn prepare(
     details: &mut Details,
 ) -> Result<(Buildroot, String)> {
     let step = reporter.step("buildroot");
-    let b = Buildroot::prepare(&cache.dir, &cache.repo, &plan.os.commit, &plan.release.arch)?;
+    let b = Buildroot::prepare(&cache.dir, &cache.repo, &plan.os.commit, plan.release.arch)?;
     step.done(&format!("ostree {}", b.ostree_version));
     let emulated = b.emulator.as_ref().map(|e| {
         let v = buildroot::emulator_version(e);

@@ -199,7 +199,7 @@ impl Builder<'_> {
                     end: be,
                     mappings: map
                         .platform_boot
-                        .get(&art.boot_setting(&self.plan.disk.arch).key())
+                        .get(&art.boot_setting(self.plan.disk.arch).key())
                         .unwrap_or(&map.boot),
                 },
                 osmet::Partition {
@@ -220,7 +220,7 @@ impl Builder<'_> {
                     app_version: &app,
                     sector_size: art.sector_size as u32,
                     os_description: &description,
-                    os_architecture: &self.plan.release.arch,
+                    os_architecture: self.plan.release.arch,
                 },
                 None,
                 &path,

@@ -26,10 +26,11 @@ pub(super) fn dry_plan(
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,
     };
-    preflight::check_arch(&s.named, &loaded.resolved.arch)?;
+    let arch = loaded.resolved.typed_arch()?;
+    preflight::check_arch(&s.named, arch)?;
     let named_live = s.named.iter().any(|p| p.is_live());
     let mut specs: Vec<&'static PlatformSpec> = if s.all {
-        preflight::expand_all(s.named.clone(), &loaded.resolved, reporter)
+        preflight::expand_all(s.named.clone(), &loaded.resolved, arch, reporter)
     } else {
         s.named.clone()
     };
@@ -38,7 +39,7 @@ pub(super) fn dry_plan(
     let mut live = None;
     if s.all && !named_live {
         if let Some(o) = os.filter(|_| specs.iter().any(|p| p.is_live())) {
-            match facts::check_live(&loaded.cache.repo, o, &loaded.resolved.arch) {
+            match facts::check_live(&loaded.cache.repo, o, arch) {
                 Ok(found) => live = Some(found),
                 Err(e) => {
                     reporter.note(&format!(

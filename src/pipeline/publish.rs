@@ -22,7 +22,7 @@ pub(super) fn start_meta(plan: &Plan) -> Meta {
         &plan.version,
         &os.image_commit,
         &meta::rfc3339_utc(os.timestamp),
-        &plan.release.arch,
+        plan.release.arch,
     );
     m.base_oscontainer = Some(ContainerImage {
         image: os.pullspec.clone(),

@@ -5,7 +5,7 @@
 //! plan, the OS and its cache repo; out: [`Facts`] (and notes on the
 //! console of what the OS asks for and this run does instead).
 use super::input;
-use super::Plan;
+use super::{Arch, Plan};
 use crate::backend::job::{OS_EFI_DIR, OS_GRUB_BIOS_DIR};
 use crate::live::{self, iso::Syslinux};
 use crate::oscontainer::repo::Repo;
@@ -55,7 +55,7 @@ pub fn check(
     let (syslinux, erofs) = match live {
         _ if !plan.artifacts.iter().any(|x| x.live.is_some()) => (None, None),
         Some(found) => found,
-        None => check_live(repo, os, &plan.release.arch)?,
+        None => check_live(repo, os, plan.release.arch)?,
     };
     note_os_requests(os, bootupd.as_ref(), erofs.as_ref(), r);
     let image_refs = match plan.os.os_format {
@@ -96,7 +96,7 @@ fn aws_preflight(
         s,
         &plan.name,
         &plan.version,
-        &plan.release.arch,
+        plan.release.arch,
         &plan.release.version,
         &os.config.image,
     )?;
@@ -106,7 +106,7 @@ fn aws_preflight(
 
 /// The OS must ship what the bootloaders need.
 fn check_bootloader(repo: &Repo, commit: &str, plan: &Plan) -> Result<()> {
-    let arch = &plan.disk.arch;
+    let arch = plan.disk.arch;
     let boots_with = crate::platforms::arch_boot(arch);
     let efi = format!("/{OS_EFI_DIR}");
     if boots_with.efi && repo.list_dir(commit, &efi)?.map_or(true, |v| v.is_empty()) {
@@ -131,7 +131,10 @@ fn check_bootloader(repo: &Repo, commit: &str, plan: &Plan) -> Result<()> {
         crate::disk::zipl::emulator()?;
     }
     if !(boots_with.efi || boots_with.prep || boots_with.zipl) {
-        bail!("this tool does not know how {arch} machines boot (known: x86_64, aarch64, ppc64le)");
+        bail!(
+            "this tool does not know how {arch} machines boot (known: {})",
+            Arch::known_names()
+        );
     }
     if plan.artifacts.iter().any(|x| x.bios) {
         let dir = format!("/{OS_GRUB_BIOS_DIR}");
@@ -150,7 +153,7 @@ fn check_bootloader(repo: &Repo, commit: &str, plan: &Plan) -> Result<()> {
 /// usable initramfs, the EFI GRUB vendor directory (for the ISO's
 /// `EFI/<vendor>/grub.cfg` and efiboot.img), a squashfs live root, and
 /// ISOLINUX on the host. Checked before anything is built.
-pub fn check_live(repo: &Repo, os: &OsInfo, arch: &str) -> Result<LiveFound> {
+pub fn check_live(repo: &Repo, os: &OsInfo, arch: Arch) -> Result<LiveFound> {
     let commit = &os.commit;
     let short = input::short(commit);
     let img = &os.config.image;

@@ -43,7 +43,7 @@ impl Plan {
     pub fn boot_settings(&self) -> Vec<BootSetting> {
         let mut boots: Vec<BootSetting> = Vec::new();
         for art in &self.artifacts {
-            let b = art.boot_setting(&self.disk.arch);
+            let b = art.boot_setting(self.disk.arch);
             match boots.iter_mut().find(|x| x.key() == b.key()) {
                 Some(x) => x.osmet |= b.osmet,
                 None => boots.push(b),

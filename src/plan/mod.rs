@@ -22,6 +22,7 @@ use crate::io::compress::Compressor;
 use crate::oscontainer::{OsFormat, OsInfo};
 use crate::platforms::{PlatformSpec, GIB, GRUB_SERIAL};
 use crate::release::resolve::Resolved;
+use crate::util::arch::Arch;
 use anyhow::{Context, Result};
 use facts::Facts;
 use serde::Serialize;
@@ -135,7 +136,7 @@ impl Plan {
         image_labels: BTreeMap<String, String>,
     ) -> Result<Plan> {
         let platforms_json = (os.config.platforms.as_ref())
-            .map(|p| p.boot_json(&d.release.arch))
+            .map(|p| p.boot_json(d.release.arch))
             .transpose()?;
         let not_yet = || anyhow::anyhow!("the plan was made before the OS was imported");
         let disk = d.disk.ok_or_else(not_yet)?;
@@ -188,7 +189,7 @@ pub struct PlanRelease {
     pub reference: String,
     pub digest: String,
     pub version: String,
-    pub arch: String,
+    pub arch: Arch,
     /// What verified its signature, in one line (`trust::policy`).
     pub signature: String,
 }
@@ -269,7 +270,7 @@ impl<S> PlanArtifact<S> {
     /// What this platform changes on the boot filesystem.
     /// What the platform changes on the boot filesystem of an `arch` disk
     /// (zipl's bootmap depends on the sector size too).
-    pub fn boot_setting(&self, arch: &str) -> BootSetting {
+    pub fn boot_setting(&self, arch: Arch) -> BootSetting {
         BootSetting {
             platform_id: self.ignition_platform_id.clone(),
             kargs: self.kargs.clone(),
@@ -291,7 +292,7 @@ impl PlanArtifact<Option<u64>> {
         disk: Option<&PlanDisk>,
         name: &str,
         version: &str,
-        arch: &str,
+        arch: Arch,
         compressor: Compressor,
     ) -> Result<Self> {
         let (kargs, grub_commands, console_source) = console(spec, os, arch)?;
@@ -346,7 +347,7 @@ impl PlanArtifact<Option<u64>> {
 
 /// Live artifact names (cosa): `<name>-<version>-live-iso.<arch>.iso`,
 /// `-live-kernel.<arch>`, `-live-initramfs.<arch>.img`, `-live-rootfs.<arch>.img`.
-pub fn live_names(name: &str, version: &str, arch: &str) -> [String; 4] {
+pub fn live_names(name: &str, version: &str, arch: Arch) -> [String; 4] {
     [
         format!("{name}-{version}-live-iso.{arch}.iso"),
         format!("{name}-{version}-live-kernel.{arch}"),
@@ -359,7 +360,7 @@ pub fn live_names(name: &str, version: &str, arch: &str) -> [String; 4] {
 /// `$ignition_firstboot`; zipl has no variables, so s390x disks get
 /// `ignition.firstboot` from zipl's parameters instead (cosa
 /// `build.common.ipp.yaml` leaves the variable out on s390x).
-pub fn base_kargs(os: &OsInfo, arch: &str) -> Vec<String> {
+pub fn base_kargs(os: &OsInfo, arch: Arch) -> Vec<String> {
     let mut k = vec!["rw".to_string()];
     if !crate::platforms::arch_boot(arch).zipl {
         k.push("$ignition_firstboot".to_string());
@@ -369,7 +370,7 @@ pub fn base_kargs(os: &OsInfo, arch: &str) -> Vec<String> {
 }
 
 /// Disk sizes for a commit of `content` bytes.
-pub fn disk_sizes(arch: &str, content: u64, image_size_gib: u64) -> Result<(u64, u64, u64)> {
+pub fn disk_sizes(arch: Arch, content: u64, image_size_gib: u64) -> Result<(u64, u64, u64)> {
     let root = (content + content * ROOT_HEADROOM_PERCENT / 100)
         .max(MIN_ROOT)
         .div_ceil(MIB)
@@ -386,7 +387,7 @@ pub fn disk_sizes(arch: &str, content: u64, image_size_gib: u64) -> Result<(u64,
 pub fn console(
     spec: &PlatformSpec,
     os: Option<&OsInfo>,
-    arch: &str,
+    arch: Arch,
 ) -> Result<(Vec<String>, Vec<String>, String)> {
     if let Some(p) = os.and_then(|o| o.config.platforms.as_ref()) {
         let table = p.for_arch(arch)?;
@@ -434,7 +435,7 @@ pub struct PlanInput<'a> {
 impl DryPlan {
     pub fn build(i: PlanInput) -> Result<DryPlan> {
         let r = i.resolved;
-        let arch = r.arch.clone();
+        let arch = r.typed_arch()?;
         let name = match i.os {
             Some(o) => o.osname.clone(),
             None => r
@@ -466,29 +467,21 @@ impl DryPlan {
         let disk = match (i.os, i.content_bytes) {
             (Some(o), Some(content)) => {
                 let (root_size, metal_size, cloud_size) =
-                    disk_sizes(&arch, content, o.config.image.size.value)?;
+                    disk_sizes(arch, content, o.config.image.size.value)?;
                 Some(PlanDisk {
-                    arch: arch.clone(),
+                    arch,
                     content_bytes: content,
                     root_size,
                     metal_size,
                     cloud_size,
-                    kargs: base_kargs(o, &arch),
+                    kargs: base_kargs(o, arch),
                 })
             }
             _ => None,
         };
         let artifacts = (i.platforms.iter())
             .map(|&spec| {
-                PlanArtifact::planned(
-                    spec,
-                    i.os,
-                    disk.as_ref(),
-                    &name,
-                    &version,
-                    &arch,
-                    compressor,
-                )
+                PlanArtifact::planned(spec, i.os, disk.as_ref(), &name, &version, arch, compressor)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(DryPlan {
@@ -542,14 +535,14 @@ mod tests {
     use super::*;
     #[test]
     fn sizes_follow_spec() {
-        let (root, metal, cloud) = disk_sizes("x86_64", 2 << 30, 16).unwrap();
+        let (root, metal, cloud) = disk_sizes(Arch::X86_64, 2 << 30, 16).unwrap();
         assert_eq!(root, ((2u64 << 30) * 135 / 100).div_ceil(MIB) * MIB);
         assert_eq!(metal, root + 513 * MIB + MIB);
         assert_eq!(cloud, 16 * GIB);
-        let (root, metal, cloud) = disk_sizes("x86_64", 10 << 20, 1).unwrap();
+        let (root, metal, cloud) = disk_sizes(Arch::X86_64, 10 << 20, 1).unwrap();
         assert_eq!(root, MIN_ROOT);
         assert_eq!(cloud, GIB.max(metal));
-        let (_, metal, cloud) = disk_sizes("x86_64", 20 << 30, 16).unwrap();
+        let (_, metal, cloud) = disk_sizes(Arch::X86_64, 20 << 30, 16).unwrap();
         assert_eq!(cloud, metal, "a cloud disk never shrinks below the content");
     }
 }

@@ -2,6 +2,7 @@
 //! names and arches, `all`, the output directory, the base URL. What the
 //! OS ships is checked in [`super::facts`], free space in [`super::space`].
 use crate::platforms::{self, PlatformSpec, Upload};
+use crate::util::arch::Arch;
 use crate::util::progress::Reporter;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -50,7 +51,7 @@ pub fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
         if !p.built {
             bail!(
                 "platform '{n}' ({}) is not built by this version yet; built now: {}",
-                p.arches.join(", "),
+                Arch::join(p.arches),
                 platforms::PLATFORMS
                     .iter()
                     .filter(|p| p.built)
@@ -67,12 +68,12 @@ pub fn parse_platforms(names: &[String]) -> Result<Vec<&'static PlatformSpec>> {
 }
 
 /// Every named platform must exist for the release's architecture.
-pub fn check_arch(named: &[&'static PlatformSpec], arch: &str) -> Result<()> {
+pub fn check_arch(named: &[&'static PlatformSpec], arch: Arch) -> Result<()> {
     if let Some(p) = named.iter().find(|p| !p.exists_for(arch)) {
         bail!(
             "platform '{}' does not exist for {arch} (the release's architecture): upstream builds it for {} only; pick another --arch or drop {} (`bootimage-gen platforms` lists them per arch)",
             p.name,
-            p.arches.join(", "),
+            Arch::join(p.arches),
             p.name
         );
     }
@@ -88,9 +89,9 @@ pub fn check_arch(named: &[&'static PlatformSpec], arch: &str) -> Result<()> {
 pub fn expand_all(
     named: Vec<&'static PlatformSpec>,
     resolved: &crate::release::resolve::Resolved,
+    arch: Arch,
     r: &Reporter,
 ) -> Vec<&'static PlatformSpec> {
-    let arch = &resolved.arch;
     let listed = resolved
         .stream
         .as_ref()
@@ -103,7 +104,7 @@ pub fn expand_all(
                     Some(s) if s.built && s.exists_for(arch) => {}
                     Some(s) if s.built => skipped.push(format!(
                         "{p} (this tool builds it for {} only)",
-                        s.arches.join(", ")
+                        Arch::join(s.arches)
                     )),
                     Some(_) => skipped.push(format!("{p} (not built by this version yet)")),
                     None => skipped.push(format!("{p} (unknown to this version)")),

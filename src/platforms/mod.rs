@@ -14,6 +14,7 @@
 //! `data/data/coreos/coreos-rhel-9.json` (what RHCOS ships per arch).
 pub use crate::formats::{Format, OvfTemplate};
 use crate::io::compress::Compressor;
+use crate::util::arch::Arch;
 use serde::Serialize;
 
 /// The platform `--aws-register` uploads (docs/contract.md §6.3).
@@ -35,15 +36,15 @@ pub enum SizeRule {
     Fixed(u64),
 }
 
-/// Architectures (CoreOS names): all of them (the one list,
-/// `util::arch::ARCHES`), and the subsets platforms are built for.
-const ALL_ARCHES: &[&str] = &crate::util::arch::ARCHES;
-const X86: &[&str] = &["x86_64"];
-const X86_ARM: &[&str] = &["x86_64", "aarch64"];
-const X86_S390: &[&str] = &["x86_64", "s390x"];
-const PPC: &[&str] = &["ppc64le"];
-const S390: &[&str] = &["s390x"];
-const ARM: &[&str] = &["aarch64"];
+/// Architectures: all of them (the one list, [`Arch::KNOWN`]), and the
+/// subsets platforms are built for.
+const ALL_ARCHES: &[Arch] = &Arch::KNOWN;
+const X86: &[Arch] = &[Arch::X86_64];
+const X86_ARM: &[Arch] = &[Arch::X86_64, Arch::Aarch64];
+const X86_S390: &[Arch] = &[Arch::X86_64, Arch::S390x];
+const PPC: &[Arch] = &[Arch::Ppc64le];
+const S390: &[Arch] = &[Arch::S390x];
+const ARM: &[Arch] = &[Arch::Aarch64];
 
 /// One platform the tool knows.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -68,9 +69,9 @@ pub struct PlatformSpec {
     /// `cmd-generate-release-meta`); the key is prefix + suffix.
     pub stream_prefix: &'static str,
     /// Architectures upstream builds it for (cosa `coreos.osbuild.<arch>.mpp.yaml`).
-    pub arches: &'static [&'static str],
+    pub arches: &'static [Arch],
     /// Architectures RHCOS ships it for (installer `coreos-rhel-{9,10}.json`).
-    pub rhcos_arches: &'static [&'static str],
+    pub rhcos_arches: &'static [Arch],
     /// Built by this version of the tool.
     pub built: bool,
     /// Console settings when the OS ships no `platforms.json` (docs/contract.md §3):
@@ -127,8 +128,8 @@ struct DiskRow {
     /// Compressed again after the build (false where cosa sets
     /// `skip-compression`).
     recompressed: bool,
-    arches: &'static [&'static str],
-    rhcos_arches: &'static [&'static str],
+    arches: &'static [Arch],
+    rhcos_arches: &'static [Arch],
     default_serial: bool,
     default_kargs: &'static [&'static str],
 }
@@ -496,7 +497,7 @@ pub const PLATFORMS: &[PlatformSpec] = &[
 
 impl PlatformSpec {
     /// Whether upstream builds this platform for `arch`.
-    pub fn exists_for(&self, arch: &str) -> bool {
+    pub fn exists_for(&self, arch: Arch) -> bool {
         self.arches.contains(&arch)
     }
 
@@ -514,7 +515,7 @@ impl PlatformSpec {
     /// Whether the disk boots with BIOS too: x86_64 only (docs/contract.md §3.2; the
     /// other arches boot EFI, PReP or zipl), 512-byte sectors, and not live
     /// (the live ISO boots BIOS with ISOLINUX, not the OS's GRUB).
-    pub fn bios(&self, arch: &str) -> bool {
+    pub fn bios(&self, arch: Arch) -> bool {
         arch_has_bios(arch) && self.sector_size == 512 && !self.is_live()
     }
 
@@ -548,7 +549,7 @@ impl PlatformSpec {
     }
 
     /// Artifact file name (docs/contract.md §3): `<name>-<version>-<platform>.<arch>.<suffix>`.
-    pub fn file_name(&self, name: &str, version: &str, arch: &str, c: Compressor) -> String {
+    pub fn file_name(&self, name: &str, version: &str, arch: Arch, c: Compressor) -> String {
         format!("{name}-{version}-{}.{arch}.{}", self.name, self.suffix(c))
     }
 }
@@ -584,29 +585,29 @@ pub struct ArchBoot {
     pub zipl: bool,
 }
 
-/// The boot mechanisms of `arch` (the OS image's architecture).
-pub fn arch_boot(arch: &str) -> ArchBoot {
+/// The boot mechanisms of `arch` (the OS image's); none for an arch this tool does not know.
+pub fn arch_boot(arch: Arch) -> ArchBoot {
     let none = ArchBoot::default();
     match arch {
-        "x86_64" => ArchBoot {
+        Arch::X86_64 => ArchBoot {
             efi: true,
             bios: true,
             ..none
         },
-        "aarch64" | "riscv64" => ArchBoot { efi: true, ..none },
-        "ppc64le" => ArchBoot { prep: true, ..none },
-        "s390x" => ArchBoot { zipl: true, ..none },
-        _ => none,
+        Arch::Aarch64 | Arch::RISCV64 => ArchBoot { efi: true, ..none },
+        Arch::Ppc64le => ArchBoot { prep: true, ..none },
+        Arch::S390x => ArchBoot { zipl: true, ..none },
+        Arch::Other(_) => none,
     }
 }
 
 /// Whether machines of `arch` boot with a PC BIOS (x86_64 only; docs/contract.md §3.2).
-pub fn arch_has_bios(arch: &str) -> bool {
+pub fn arch_has_bios(arch: Arch) -> bool {
     arch_boot(arch).bios
 }
 
 /// The platforms this tool builds for `arch`.
-pub fn built_for(arch: &str) -> impl Iterator<Item = &'static PlatformSpec> + '_ {
+pub fn built_for(arch: Arch) -> impl Iterator<Item = &'static PlatformSpec> {
     PLATFORMS
         .iter()
         .filter(move |p| p.built && p.exists_for(arch))

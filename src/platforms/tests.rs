@@ -60,11 +60,11 @@ fn names_and_stream_keys() {
     let gz = Compressor::Gzip;
     let f = |p: &str| find(p).unwrap();
     assert_eq!(
-        f("metal").file_name("rhcos", "418.94.1", "x86_64", gz),
+        f("metal").file_name("rhcos", "418.94.1", Arch::X86_64, gz),
         "rhcos-418.94.1-metal.x86_64.raw.gz"
     );
     assert_eq!(
-        f("qemu").file_name("fedora-coreos", "40.1", "x86_64", Compressor::None),
+        f("qemu").file_name("fedora-coreos", "40.1", Arch::X86_64, Compressor::None),
         "fedora-coreos-40.1-qemu.x86_64.qcow2"
     );
     // installer data/data/coreos/coreos-rhel-9.json
@@ -81,7 +81,7 @@ fn names_and_stream_keys() {
     }
     assert_eq!(f("ibmcloud").disk_size(GIB, 16 * GIB), 100 * GIB);
     assert_eq!(f("metal").disk_size(GIB, 16 * GIB), GIB);
-    assert!(!f("nutanix").exists_for("aarch64"));
+    assert!(!f("nutanix").exists_for(Arch::Aarch64));
     let metal: Vec<&str> = PLATFORMS
         .iter()
         .filter(|p| p.is_metal_disk())

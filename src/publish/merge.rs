@@ -166,9 +166,10 @@ fn merge_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::publish::stream::{Arch, Artifact, Metadata, PlatformArtifacts};
+    use crate::publish::stream::{self, Artifact, Metadata, PlatformArtifacts};
+    use crate::util::arch::Arch;
 
-    pub(super) fn stream(name: &str, arch: &str, loc: &str, release: &str, stamp: &str) -> Stream {
+    pub(super) fn stream(name: &str, arch: Arch, loc: &str, release: &str, stamp: &str) -> Stream {
         let art = Artifact {
             location: loc.into(),
             signature: None,
@@ -182,8 +183,8 @@ mod tests {
                 generator: None,
             },
             architectures: BTreeMap::from([(
-                arch.to_string(),
-                Arch {
+                arch,
+                stream::Arch {
                     artifacts: BTreeMap::from([(
                         "metal".to_string(),
                         PlatformArtifacts {
@@ -208,8 +209,8 @@ mod tests {
         }
     }
 
-    fn loc(s: &Stream, arch: &str) -> String {
-        s.architectures[arch].artifacts["metal"].formats["raw.gz"]["disk"]
+    fn loc(s: &Stream, arch: Arch) -> String {
+        s.architectures[&arch].artifacts["metal"].formats["raw.gz"]["disk"]
             .location
             .clone()
     }
@@ -222,7 +223,7 @@ mod tests {
                     "/w/x86/stream.json",
                     stream(
                         "s",
-                        "x86_64",
+                        Arch::X86_64,
                         "m.x86_64.raw.gz",
                         "1",
                         "2026-01-01T00:00:00Z",
@@ -232,7 +233,7 @@ mod tests {
                     "/w/arm/stream.json",
                     stream(
                         "s",
-                        "aarch64",
+                        Arch::Aarch64,
                         "m.aarch64.raw.gz",
                         "1",
                         "2026-01-02T00:00:00Z",
@@ -242,7 +243,7 @@ mod tests {
                     "/w/p/stream.json",
                     stream(
                         "s",
-                        "ppc64le",
+                        Arch::Ppc64le,
                         "https://h/p.raw.gz",
                         "1",
                         "2025-01-01T00:00:00Z",
@@ -256,16 +257,16 @@ mod tests {
         .unwrap();
         let Doc::One(s) = d else { panic!() };
         assert_eq!(s.architectures.len(), 3);
-        assert_eq!(loc(&s, "x86_64"), "x86/m.x86_64.raw.gz");
-        assert_eq!(loc(&s, "aarch64"), "arm/m.aarch64.raw.gz");
-        assert_eq!(loc(&s, "ppc64le"), "https://h/p.raw.gz");
+        assert_eq!(loc(&s, Arch::X86_64), "x86/m.x86_64.raw.gz");
+        assert_eq!(loc(&s, Arch::Aarch64), "arm/m.aarch64.raw.gz");
+        assert_eq!(loc(&s, Arch::Ppc64le), "https://h/p.raw.gz");
         assert_eq!(s.metadata.last_modified, "2026-01-02T00:00:00Z");
         assert_eq!(s.metadata.generator.as_deref(), Some(GENERATOR));
         // An output beside the inputs: `..`; under a base URL: the URL.
         let d = merge(
             &[one(
                 "/w/x86/stream.json",
-                stream("s", "x86_64", "m.raw.gz", "1", "t"),
+                stream("s", Arch::X86_64, "m.raw.gz", "1", "t"),
             )],
             Path::new("/w/all"),
             None,
@@ -273,11 +274,11 @@ mod tests {
         )
         .unwrap();
         let Doc::One(s) = d else { panic!() };
-        assert_eq!(loc(&s, "x86_64"), "../x86/m.raw.gz");
+        assert_eq!(loc(&s, Arch::X86_64), "../x86/m.raw.gz");
         let d = merge(
             &[one(
                 "/w/x86/stream.json",
-                stream("s", "x86_64", "m.raw.gz", "1", "t"),
+                stream("s", Arch::X86_64, "m.raw.gz", "1", "t"),
             )],
             Path::new("/w"),
             Some("http://mirror/rhcos/"),
@@ -285,7 +286,7 @@ mod tests {
         )
         .unwrap();
         let Doc::One(s) = d else { panic!() };
-        assert_eq!(loc(&s, "x86_64"), "http://mirror/rhcos/x86/m.raw.gz");
+        assert_eq!(loc(&s, Arch::X86_64), "http://mirror/rhcos/x86/m.raw.gz");
     }
 
     /// The error of merging `inputs` for `out`.
@@ -301,7 +302,7 @@ mod tests {
         let x86 = |dir: &str, name: &str, release: &str| {
             one(
                 &format!("/w/{dir}/stream.json"),
-                stream(name, "x86_64", "m.raw.gz", release, "t"),
+                stream(name, Arch::X86_64, "m.raw.gz", release, "t"),
             )
         };
         let e = refusal(&[x86("a", "s", "1"), x86("b", "s", "2")], "/w/a", None);
@@ -315,7 +316,7 @@ mod tests {
         assert!(merge(&same, Path::new("/w"), None, None).is_ok());
         let arm = one(
             "/w/b/stream.json",
-            stream("s10", "aarch64", "m.raw.gz", "1", "t"),
+            stream("s10", Arch::Aarch64, "m.raw.gz", "1", "t"),
         );
         let e = refusal(&[x86("a", "s9", "1"), arm], "/w", None);
         assert!(e.contains("give --stream NAME"), "{e}");
@@ -332,7 +333,7 @@ mod tests {
 
     #[test]
     fn keyed_documents_merge_per_key() {
-        let k = |p: &str, arch: &str| Input {
+        let k = |p: &str, arch: Arch| Input {
             path: PathBuf::from(p),
             doc: Doc::Keyed(BTreeMap::from([
                 (
@@ -347,8 +348,8 @@ mod tests {
         };
         let d = merge(
             &[
-                k("/w/x/streams.json", "x86_64"),
-                k("/w/a/streams.json", "aarch64"),
+                k("/w/x/streams.json", Arch::X86_64),
+                k("/w/a/streams.json", Arch::Aarch64),
             ],
             Path::new("/w"),
             None,
@@ -358,7 +359,7 @@ mod tests {
         let Doc::Keyed(m) = d else { panic!() };
         assert_eq!(m.len(), 2);
         assert_eq!(m["rhel-10"].stream, "r10");
-        assert_eq!(loc(&m["rhel-10"], "aarch64"), "a/rhel-10/m.raw.gz");
-        assert_eq!(loc(&m["rhel-9"], "x86_64"), "x/rhel-9/m.raw.gz");
+        assert_eq!(loc(&m["rhel-10"], Arch::Aarch64), "a/rhel-10/m.raw.gz");
+        assert_eq!(loc(&m["rhel-9"], Arch::X86_64), "x/rhel-9/m.raw.gz");
     }
 }

@@ -24,6 +24,7 @@
 //! `kernel`, `initramfs` and `rootfs`.
 use crate::io::compress::Compressor;
 use crate::publish::meta::{ImageEntry, Meta};
+use crate::util::arch;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -51,7 +52,7 @@ pub struct Stream {
     pub stream: String,
     pub metadata: Metadata,
     /// By architecture (`x86_64`, `aarch64`, ...).
-    pub architectures: BTreeMap<String, Arch>,
+    pub architectures: BTreeMap<arch::Arch, Arch>,
 }
 
 /// stream.go `Metadata`.
@@ -179,7 +180,7 @@ pub fn from_meta(
     pinned_amis: &[(String, String, String)],
 ) -> Stream {
     let release = meta.ostree_version.clone();
-    let arch_name = meta.coreos_assembler.basearch.clone();
+    let arch_name = meta.coreos_assembler.basearch;
     let mut artifacts: BTreeMap<String, PlatformArtifacts> = BTreeMap::new();
     for (key, entry) in &meta.images {
         let Some((platform, format, kind)) = place(key, entry) else {
@@ -311,13 +312,19 @@ mod tests {
             "live-rootfs" => format!("rhcos-{V}-live-rootfs.x86_64.img"),
             k => {
                 let p = crate::platforms::by_meta_key(k).unwrap();
-                p.file_name("rhcos", V, "x86_64", Compressor::Gzip)
+                p.file_name("rhcos", V, arch::Arch::X86_64, Compressor::Gzip)
             }
         }
     }
 
     fn full_meta() -> Meta {
-        let mut m = Meta::new("rhcos", V, &hash('c'), "2025-01-22T13:27:00Z", "x86_64");
+        let mut m = Meta::new(
+            "rhcos",
+            V,
+            &hash('c'),
+            "2025-01-22T13:27:00Z",
+            arch::Arch::X86_64,
+        );
         m.coreos_assembler.build_timestamp = Some("2025-02-01T10:00:00Z".into());
         for (i, key) in meta_keys().iter().enumerate() {
             let c = char::from(b'a' + (i % 26) as u8);

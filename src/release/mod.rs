@@ -17,8 +17,7 @@ pub const RELEASE_METADATA: &str = "release-manifests/release-metadata";
 /// The ConfigMap with the CoreOS stream (installer `data/data/coreos/`).
 pub const BOOTIMAGES_CONFIGMAP: &str = "release-manifests/0000_50_installer_coreos-bootimages.yaml";
 
-/// Arch names live below every stage (the image layer needs them too).
-pub use crate::util::arch::{coreos_arch, host_arch, oci_arch, parse_arch, ARCHES};
+use crate::util::arch::Arch;
 
 #[derive(Debug, Clone, Deserialize)]
 struct ImageStream {
@@ -185,13 +184,27 @@ impl Payload {
     }
 }
 
+impl resolve::Resolved {
+    /// The release's architecture. `Resolved::arch` is still the name
+    /// (`release/resolve.rs` sets it from the image config): this is its
+    /// one conversion, until it holds an [`Arch`] itself.
+    pub fn typed_arch(&self) -> Result<Arch> {
+        Arch::parse(&self.arch).with_context(|| {
+            format!(
+                "release {}: the architecture of its image config",
+                self.release_ref
+            )
+        })
+    }
+}
+
 /// The platforms a stream JSON lists for `arch`
 /// (`architectures.<arch>.artifacts` keys, stream-metadata-go
 /// `stream/stream.go`); `None` when it lists none for the arch.
-pub fn stream_platforms(stream: &serde_json::Value, arch: &str) -> Option<Vec<String>> {
+pub fn stream_platforms(stream: &serde_json::Value, arch: Arch) -> Option<Vec<String>> {
     let a = stream
         .get("architectures")?
-        .get(arch)?
+        .get(arch.as_str())?
         .get("artifacts")?
         .as_object()?;
     (!a.is_empty()).then(|| a.keys().cloned().collect())
@@ -370,12 +383,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            stream_platforms(&s, "x86_64").unwrap(),
+            stream_platforms(&s, Arch::X86_64).unwrap(),
             vec!["metal", "qemu", "nutanix"]
         );
-        assert!(stream_platforms(&s, "aarch64").is_none());
-        assert!(stream_platforms(&s, "ppc64le").is_none());
-        assert!(stream_platforms(&s, "s390x").is_none());
+        assert!(stream_platforms(&s, Arch::Aarch64).is_none());
+        assert!(stream_platforms(&s, Arch::Ppc64le).is_none());
+        assert!(stream_platforms(&s, Arch::S390x).is_none());
     }
 
     #[test]

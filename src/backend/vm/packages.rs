@@ -5,6 +5,7 @@
 //! path, the job, and dpkg's answers; out: package names for supermin
 //! (`appliance.rs`).
 use crate::backend::job::DiskJob;
+use crate::util::arch::Arch;
 use crate::util::cmd;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -109,7 +110,7 @@ fn owner_packages<S: AsRef<std::ffi::OsStr>>(files: &[S]) -> Result<Vec<String>>
 /// its emulator (the package that owns it).
 pub fn job_packages(job: &DiskJob) -> Result<Vec<String>> {
     let mut v = Vec::new();
-    if crate::platforms::arch_boot(&job.disk.arch).zipl && std::env::consts::ARCH != "s390x" {
+    if crate::platforms::arch_boot(job.disk.arch).zipl && Arch::host() != Arch::S390x {
         v.push("qemu-user-static".to_string());
     }
     if let Some(e) = job

@@ -6,6 +6,7 @@ use super::*;
 use crate::disk::gpt;
 use crate::disk::layout::DISK_GUID;
 use crate::sys::loopback::{self, LoopDevice};
+use crate::util::arch::Arch;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -30,7 +31,7 @@ pub(crate) fn host_grub() -> PathBuf {
 pub(crate) fn gpt_disk(size: u64, ss: u64) -> (tempfile::NamedTempFile, Layout) {
     let f = tempfile::NamedTempFile::new().unwrap();
     f.as_file().set_len(size).unwrap();
-    let l = Layout::new("x86_64", size, ss).unwrap();
+    let l = Layout::new(Arch::X86_64, size, ss).unwrap();
     gpt::write(&mut f.as_file(), &l, DISK_GUID).unwrap();
     (f, l)
 }

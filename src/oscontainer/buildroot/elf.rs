@@ -2,6 +2,7 @@
 //! ELF facts of a file ([`ElfInfo`]: its machine and interpreter) and paths
 //! resolved inside the OS tree (its symlinks followed with the tree as `/`).
 //! In: a file's first bytes, a tree and a path; out: those facts.
+use crate::util::arch::Arch;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -13,7 +14,7 @@ pub struct ElfInfo {
     pub machine: u16,
     /// As `uname -m` and qemu-user name it (`None`: a machine this tool
     /// has no name for).
-    pub arch: Option<&'static str>,
+    pub arch: Option<Arch>,
     /// `PT_INTERP` (the dynamic loader); `None` for a static binary, or
     /// one whose program headers lie past `head`.
     pub interp: Option<String>,
@@ -37,15 +38,15 @@ pub fn elf_info(head: &[u8]) -> Option<ElfInfo> {
     };
     let machine = num(18, 2)? as u16;
     let arch = match (machine, little) {
-        (0x3e, _) => "x86_64",
-        (0xb7, _) => "aarch64",
-        (0x15, true) => "ppc64le",
-        (0x15, false) => "ppc64",
-        (0x16, _) => "s390x",
-        (0xf3, _) => "riscv64",
-        (0x03, _) => "i386",
-        (0x28, _) => "arm",
-        _ => "",
+        (0x3e, _) => Some(Arch::X86_64),
+        (0xb7, _) => Some(Arch::Aarch64),
+        (0x15, true) => Some(Arch::Ppc64le),
+        (0x15, false) => Some(Arch::other("ppc64")),
+        (0x16, _) => Some(Arch::S390x),
+        (0xf3, _) => Some(Arch::RISCV64),
+        (0x03, _) => Some(Arch::other("i386")),
+        (0x28, _) => Some(Arch::other("arm")),
+        _ => None,
     };
     let interp = (|| {
         // e_phoff, e_phentsize, e_phnum; each header's p_type, p_offset, p_filesz.
@@ -72,14 +73,14 @@ pub fn elf_info(head: &[u8]) -> Option<ElfInfo> {
     })();
     Some(ElfInfo {
         machine,
-        arch: (!arch.is_empty()).then_some(arch),
+        arch,
         interp,
     })
 }
 
 /// The ELF machine of a binary, as `uname -m` names it (`None` if not ELF
 /// or an unknown machine).
-pub fn elf_arch(head: &[u8]) -> Option<&'static str> {
+pub fn elf_arch(head: &[u8]) -> Option<Arch> {
     elf_info(head)?.arch
 }
 

@@ -3,6 +3,7 @@
 //! for on PATH). In: the ELF facts of the OS's binary; out: the emulator to
 //! bind into the buildroot, or why it cannot run here.
 use super::elf::{elf_info, head_of, ElfInfo};
+use crate::util::arch::Arch;
 use crate::util::cmd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +14,7 @@ pub(super) const BINFMT_DIR: &str = "/proc/sys/fs/binfmt_misc";
 /// The names a static qemu-user build of `arch` goes by (Debian 12 and
 /// Fedora: `qemu-<arch>-static`; from Debian 13 `qemu-user` itself is
 /// static, `qemu-<arch>`).
-fn emulator_names(arch: &str) -> [String; 2] {
+fn emulator_names(arch: Arch) -> [String; 2] {
     [format!("qemu-{arch}-static"), format!("qemu-{arch}")]
 }
 
@@ -30,11 +31,12 @@ pub fn runner(
     search: &[PathBuf],
     binfmt_dir: &Path,
 ) -> std::result::Result<Option<PathBuf>, String> {
-    let host = crate::util::arch::host_arch();
+    let host = Arch::host();
     let Some(arch) = elf.arch else {
         return Err(format!(
-            "{what} is built for ELF machine {:#x}, which this {host} host cannot run and qemu-user (package qemu-user-static) does not emulate here: use an OS image of x86_64, aarch64, ppc64le or s390x",
-            elf.machine
+            "{what} is built for ELF machine {:#x}, which this {host} host cannot run and qemu-user (package qemu-user-static) does not emulate here: use an OS image of {}",
+            elf.machine,
+            Arch::known_names()
         ));
     };
     if arch == host {

@@ -35,13 +35,13 @@ fn elf_machine() {
     h[..4].copy_from_slice(b"\x7fELF");
     h[5] = 1;
     h[18] = 0x3e;
-    assert_eq!(elf_arch(&h), Some("x86_64"));
+    assert_eq!(elf_arch(&h), Some(Arch::X86_64));
     h[18] = 0xb7;
-    assert_eq!(elf_arch(&h), Some("aarch64"));
+    assert_eq!(elf_arch(&h), Some(Arch::Aarch64));
     h[5] = 2;
     h[18] = 0;
     h[19] = 0x16;
-    assert_eq!(elf_arch(&h), Some("s390x"));
+    assert_eq!(elf_arch(&h), Some(Arch::S390x));
     h[19] = 0x99;
     assert_eq!(elf_arch(&h), None);
     assert_eq!(elf_arch(b"#!/bin/sh\n echo not elf.."), None);
@@ -73,7 +73,7 @@ fn elf64(machine: u16, interp: Option<&str>) -> Vec<u8> {
 #[test]
 fn elf_interpreter() {
     let e = elf_info(&elf64(0xb7, Some("/lib/ld-linux-aarch64.so.1"))).unwrap();
-    assert_eq!(e.arch, Some("aarch64"));
+    assert_eq!(e.arch, Some(Arch::Aarch64));
     assert_eq!(e.interp.as_deref(), Some("/lib/ld-linux-aarch64.so.1"));
     let e = elf_info(&elf64(0x32, None)).unwrap();
     assert_eq!((e.machine, e.arch, e.interp), (0x32, None, None));
@@ -107,24 +107,28 @@ fn paths_resolve_inside_the_tree() {
 
 #[test]
 fn foreign_binaries_run_through_a_static_qemu_user() {
-    let host = crate::util::arch::host_arch();
-    let other = if host == "s390x" { "aarch64" } else { "s390x" };
-    let machine = |a: &str| match a {
-        "aarch64" => 0xb7,
+    let host = Arch::host();
+    let other = if host == Arch::S390x {
+        Arch::Aarch64
+    } else {
+        Arch::S390x
+    };
+    let machine = |a: Arch| match a {
+        Arch::Aarch64 => 0xb7,
         _ => 0x16,
     };
-    let ostree = |a: &str| ElfInfo {
+    let ostree = |a: Arch| ElfInfo {
         machine: machine(a),
-        arch: Some(if a == other { other } else { "x86_64" }),
+        arch: Some(if a == other { other } else { Arch::X86_64 }),
         interp: None,
     };
     let bin = tempfile::tempdir().unwrap();
     let binfmt = tempfile::tempdir().unwrap();
     let search = [bin.path().to_path_buf()];
     let what = "the OS's /usr/bin/ostree";
-    if host == "x86_64" {
+    if host == Arch::X86_64 {
         assert_eq!(
-            runner(what, &ostree("x86_64"), &search, binfmt.path()),
+            runner(what, &ostree(Arch::X86_64), &search, binfmt.path()),
             Ok(None)
         );
     }
@@ -132,7 +136,7 @@ fn foreign_binaries_run_through_a_static_qemu_user() {
     let why = runner(what, &ostree(other), &search, binfmt.path()).unwrap_err();
     for w in [
         what,
-        other,
+        other.as_str(),
         "qemu-user-static",
         &format!("qemu-{other}-static"),
     ] {

@@ -2,6 +2,7 @@
 //! upstream's shape (keyed by platform) or arch-keyed, checked entry by
 //! entry. In: the file's bytes; out: [`Platforms`], its console table for an
 //! arch and what goes to `/boot/coreos/platforms.json`.
+use crate::util::arch::Arch;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -19,11 +20,12 @@ pub struct PlatformConsole {
 /// One platform → console settings table.
 pub type ConsoleTable = BTreeMap<String, PlatformConsole>;
 
-/// Architecture names that may key an arch-keyed platforms table: the
-/// CoreOS architectures (`util::arch::ARCHES`) and those Fedora CoreOS's
-/// `platforms.yaml` also keys (riscv64).
+/// Architecture names that make a platforms table arch-keyed: the arches
+/// this tool knows ([`Arch::KNOWN`]) and riscv64, which Fedora CoreOS's
+/// `platforms.yaml` also keys. In such a table every key is an arch, one
+/// this tool does not know included.
 pub fn is_arch_key(k: &str) -> bool {
-    crate::util::arch::ARCHES.contains(&k) || k == "riscv64"
+    Arch::parse(k).is_ok_and(|a| a.is_known() || a == Arch::RISCV64)
 }
 
 /// The two shapes of `platforms.json` this tool reads.
@@ -37,7 +39,7 @@ pub enum PlatformsShape {
     ByPlatform(ConsoleTable),
     /// `{arch: {platform: {...}}}`: the shape of `platforms.yaml` itself,
     /// which hand-made OS images sometimes ship.
-    ByArch(BTreeMap<String, ConsoleTable>),
+    ByArch(BTreeMap<Arch, ConsoleTable>),
 }
 
 /// `platforms.json`: console settings per platform (docs/contract.md §1.3). Never the
@@ -116,10 +118,13 @@ impl Platforms {
                 kind(&v)
             );
         };
-        let arch_keyed = !top.is_empty() && top.keys().all(|k| is_arch_key(k));
+        let arch_keyed = top.keys().any(|k| is_arch_key(k));
         let shape = if arch_keyed {
             let mut arches = BTreeMap::new();
             for (a, t) in top {
+                let arch = Arch::parse(a).map_err(|e| {
+                    anyhow!("{source}: key {a:?} of an arch-keyed table: {e}: {PLATFORMS_SHAPES}")
+                })?;
                 let Value::Object(t) = t else {
                     bail!(
                         "{source}: .{a} is {}, not a table of platforms: {PLATFORMS_SHAPES}",
@@ -128,7 +133,9 @@ impl Platforms {
                 };
                 let table = console_table(t, a)
                     .map_err(|e| anyhow!("{source}: {e}: {PLATFORMS_SHAPES}"))?;
-                arches.insert(a.clone(), table);
+                if arches.insert(arch, table).is_some() {
+                    bail!("{source}: two keys name {arch}: {PLATFORMS_SHAPES}");
+                }
             }
             PlatformsShape::ByArch(arches)
         } else {
@@ -145,14 +152,14 @@ impl Platforms {
 
     /// The console table for the OS's architecture. An upstream-shaped file
     /// is already the build arch's; an arch-keyed one must have `arch`.
-    pub fn for_arch(&self, arch: &str) -> Result<&ConsoleTable> {
+    pub fn for_arch(&self, arch: Arch) -> Result<&ConsoleTable> {
         match &self.shape {
             PlatformsShape::ByPlatform(t) => Ok(t),
-            PlatformsShape::ByArch(m) => m.get(arch).with_context(|| {
+            PlatformsShape::ByArch(m) => m.get(&arch).with_context(|| {
                 format!(
                     "{} is keyed by architecture and has no entry for {arch} (it has {}); add a {arch} entry, or ship it in the upstream shape {{\"<platform>\": {{...}}}}",
                     self.source,
-                    m.keys().cloned().collect::<Vec<_>>().join(", ")
+                    Arch::join(&m.keys().copied().collect::<Vec<_>>())
                 )
             }),
         }
@@ -161,7 +168,7 @@ impl Platforms {
     /// What goes to `/boot/coreos/platforms.json` (read by coreos-installer
     /// as `data[platform]`): the file itself in upstream's shape, else the
     /// arch's part of an arch-keyed file, in upstream's shape.
-    pub fn boot_json(&self, arch: &str) -> Result<Vec<u8>> {
+    pub fn boot_json(&self, arch: Arch) -> Result<Vec<u8>> {
         match &self.shape {
             PlatformsShape::ByPlatform(_) => Ok(self.raw.clone()),
             PlatformsShape::ByArch(_) => Ok(serde_json::to_vec_pretty(self.for_arch(arch)?)?),

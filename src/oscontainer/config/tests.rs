@@ -2,6 +2,7 @@
 //! the cosa-era image.json, bad values, both platforms.json shapes and the
 //! legacy bootimage.json.
 use super::*;
+use crate::util::arch::Arch;
 #[test]
 fn defaults_are_marked() {
     let c = ImageConfig::from_json(Some(&json!({"size": 10, "compressor": "xz"})), "image.json")
@@ -97,7 +98,7 @@ fn bad_values_are_named() {
 fn platforms_upstream_shape() {
     // fedora-coreos-config's per-arch output: keyed by platform, no metal.
     let p = Platforms::parse(br#"{"qemu":{"grub_commands":["serial --speed=115200"],"kernel_arguments":["console=tty0","console=ttyS0,115200n8"]},"azure":{"kernel_arguments":["console=ttyS0,115200n8"]},"gcp":null}"#, "p").unwrap();
-    let x = p.for_arch("x86_64").unwrap();
+    let x = p.for_arch(Arch::X86_64).unwrap();
     assert_eq!(
         x["qemu"].kernel_arguments,
         vec!["console=tty0", "console=ttyS0,115200n8"]
@@ -108,43 +109,73 @@ fn platforms_upstream_shape() {
     assert!(!x.contains_key("metal"));
     assert!(matches!(p.shape, PlatformsShape::ByPlatform(_)));
     // Copied verbatim to /boot/coreos/platforms.json.
-    assert_eq!(p.boot_json("aarch64").unwrap(), p.raw);
+    assert_eq!(p.boot_json(Arch::Aarch64).unwrap(), p.raw);
     // Unknown keys inside an entry are ignored (readers use two keys).
     let p = Platforms::parse(br#"{"aws":{"kernel_arguments":["a"],"comment":"x"}}"#, "p").unwrap();
     assert_eq!(
-        p.for_arch("x86_64").unwrap()["aws"].kernel_arguments,
+        p.for_arch(Arch::X86_64).unwrap()["aws"].kernel_arguments,
         vec!["a"]
     );
     // An empty file is a valid (empty) table.
     assert!(Platforms::parse(b"{}", "p")
         .unwrap()
-        .for_arch("s390x")
+        .for_arch(Arch::S390x)
         .unwrap()
         .is_empty());
 }
 #[test]
 fn platforms_arch_keyed_shape() {
     let p = Platforms::parse(br#"{"x86_64":{"metal":{},"qemu":{"grub_commands":["serial"],"kernel_arguments":["console=ttyS0"]},"azure":null},"aarch64":{"qemu":{"kernel_arguments":["console=ttyAMA0"]}}}"#, "p").unwrap();
-    let x = p.for_arch("x86_64").unwrap();
+    let x = p.for_arch(Arch::X86_64).unwrap();
     assert_eq!(x["qemu"].kernel_arguments, vec!["console=ttyS0"]);
     assert!(x["metal"].grub_commands.is_empty());
     assert_eq!(
-        p.for_arch("aarch64").unwrap()["qemu"].kernel_arguments,
+        p.for_arch(Arch::Aarch64).unwrap()["qemu"].kernel_arguments,
         vec!["console=ttyAMA0"]
     );
-    let e = format!("{:#}", p.for_arch("s390x").unwrap_err());
+    let e = format!("{:#}", p.for_arch(Arch::S390x).unwrap_err());
     assert!(
         e.contains("no entry for s390x") && e.contains("x86_64, aarch64")
             || e.contains("aarch64, x86_64"),
         "{e}"
     );
     // /boot/coreos/platforms.json gets the arch's part, in upstream's shape.
-    let b: Value = serde_json::from_slice(&p.boot_json("aarch64").unwrap()).unwrap();
+    let b: Value = serde_json::from_slice(&p.boot_json(Arch::Aarch64).unwrap()).unwrap();
     assert_eq!(
         b,
         json!({"qemu": {"grub_commands": [], "kernel_arguments": ["console=ttyAMA0"]}})
     );
 }
+/// An arch-keyed file with arches this tool does not know (riscv64, which
+/// fedora-coreos-config keys, and one no file has yet): parsed, and the
+/// build arch's table taken; a key that is no arch name is refused.
+#[test]
+fn platforms_arch_keyed_with_unseen_arches() {
+    let p = Platforms::parse(br#"{"x86_64":{"qemu":{"kernel_arguments":["console=ttyS0"]}},"riscv64":{"qemu":{}},"loongarch64":{"qemu":{}}}"#, "p").unwrap();
+    let PlatformsShape::ByArch(m) = &p.shape else {
+        panic!("{:?}", p.shape)
+    };
+    let keys: Vec<String> = m.keys().map(Arch::to_string).collect();
+    assert_eq!(keys, ["loongarch64", "riscv64", "x86_64"]);
+    assert_eq!(
+        p.for_arch(Arch::X86_64).unwrap()["qemu"].kernel_arguments,
+        vec!["console=ttyS0"]
+    );
+    assert!(p.for_arch(Arch::RISCV64).unwrap().contains_key("qemu"));
+    let e = format!("{:#}", p.for_arch(Arch::S390x).unwrap_err());
+    assert!(e.contains("it has loongarch64, riscv64, x86_64"), "{e}");
+    // riscv64 alone is arch-keyed too.
+    let p = Platforms::parse(br#"{"riscv64":{"qemu":{}}}"#, "p").unwrap();
+    assert!(matches!(p.shape, PlatformsShape::ByArch(_)));
+    for bad in [
+        &br#"{"x86_64":{"qemu":{}},"Not An Arch":{"qemu":{}}}"#[..],
+        br#"{"x86_64":{"qemu":{}},"amd64":{"qemu":{}}}"#,
+    ] {
+        let e = format!("{:#}", Platforms::parse(bad, "p").unwrap_err());
+        assert!(e.contains("arch-keyed shape"), "{e}");
+    }
+}
+
 #[test]
 fn platforms_neither_shape_names_file_and_both_shapes() {
     for bad in [

@@ -4,6 +4,7 @@
 //! tags.
 use super::settings::{check_ami_name, Settings};
 use super::tags::{Tags, TAG_AMI_NAME, TAG_NAME, TAG_OS_VERSION, TAG_RELEASE};
+use crate::util::arch::Arch;
 use anyhow::{bail, Context, Result};
 
 /// What to register: name, description, tags and the image.json settings.
@@ -26,7 +27,7 @@ impl AmiSpec {
         settings: &Settings,
         name: &str,
         version: &str,
-        arch: &str,
+        arch: Arch,
         release: &str,
         image: &crate::oscontainer::config::ImageConfig,
     ) -> Result<Self> {
@@ -36,10 +37,12 @@ impl AmiSpec {
             .unwrap_or_else(|| format!("{name}-{version}-{arch}"));
         check_ami_name(&ami_name).context("the default AMI name; pass --aws-ami-name")?;
         let (ec2_arch, boot_mode) = match arch {
-            "x86_64" => ("x86_64", image.aws_x86_boot_mode.value.clone()),
+            Arch::X86_64 => ("x86_64", image.aws_x86_boot_mode.value.clone()),
             // aarch64 AMIs boot UEFI only (cosa).
-            "aarch64" => ("arm64", "uefi".to_string()),
-            other => bail!("no AWS architecture for {other}; AMIs exist for x86_64 and aarch64"),
+            Arch::Aarch64 => ("arm64", "uefi".to_string()),
+            Arch::Ppc64le | Arch::S390x | Arch::Other(_) => {
+                bail!("no AWS architecture for {arch}; AMIs exist for x86_64 and aarch64")
+            }
         };
         if !["legacy-bios", "uefi", "uefi-preferred"].contains(&boot_mode.as_str()) {
             bail!("image.json aws-x86-boot-mode '{boot_mode}' is not legacy-bios, uefi or uefi-preferred");

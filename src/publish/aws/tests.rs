@@ -1,6 +1,7 @@
 //! Tests of the `--aws-*` checks (region names, AMI names, endpoint URLs)
 //! and of the AMI spec made from the plan and image.json.
 use super::*;
+use crate::util::arch::Arch;
 
 #[test]
 fn region_names() {
@@ -66,7 +67,7 @@ fn ami_spec_from_plan_and_image_json() {
         &s,
         "rhcos",
         "418.94.1",
-        "x86_64",
+        Arch::X86_64,
         "4.18.0",
         &image("uefi-preferred", "gp3", true),
     )
@@ -90,7 +91,7 @@ fn ami_spec_from_plan_and_image_json() {
         &s,
         "rhcos",
         "1",
-        "aarch64",
+        Arch::Aarch64,
         "4",
         &image("legacy-bios", "gp2", false),
     )
@@ -100,6 +101,6 @@ fn ami_spec_from_plan_and_image_json() {
         ("custom", "arm64", "uefi")
     );
     for bad in [image("bios", "gp2", false), image("uefi", "ssd", false)] {
-        assert!(AmiSpec::new(&s, "rhcos", "1", "x86_64", "4", &bad).is_err());
+        assert!(AmiSpec::new(&s, "rhcos", "1", Arch::X86_64, "4", &bad).is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! one build; two builds of one arch, or one file that differs, refused
 //! naming both. Shared by `stream merge` and `push`'s fan-in.
 use crate::publish::stream::{Arch, Stream};
+use crate::util::arch;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 
@@ -15,7 +16,7 @@ use std::collections::BTreeMap;
 /// The result does not depend on the parts' order: `last-modified` is the
 /// latest, `generator` the one given, else the greatest of the parts'.
 pub fn unite(parts: &[(&str, &Stream)], stream: &str, generator: Option<&str>) -> Result<Stream> {
-    let mut arches: BTreeMap<String, (String, Arch)> = BTreeMap::new();
+    let mut arches: BTreeMap<arch::Arch, (String, Arch)> = BTreeMap::new();
     let mut last_modified = String::new();
     let mut generators: Vec<&str> = Vec::new();
     for (label, s) in parts {
@@ -27,9 +28,9 @@ pub fn unite(parts: &[(&str, &Stream)], stream: &str, generator: Option<&str>) -
         for (arch, a) in &s.architectures {
             match arches.get_mut(arch) {
                 None => {
-                    arches.insert(arch.clone(), (label.to_string(), a.clone()));
+                    arches.insert(*arch, (label.to_string(), a.clone()));
                 }
-                Some((l0, a0)) => join_arch(arch, (l0.as_str(), a0), (label, a))?,
+                Some((l0, a0)) => join_arch(*arch, (l0.as_str(), a0), (label, a))?,
             }
         }
     }
@@ -48,7 +49,11 @@ pub fn unite(parts: &[(&str, &Stream)], stream: &str, generator: Option<&str>) -
 }
 
 /// `add` (from `l1`) joined into `a0` (from `l0`), both arch `arch`.
-fn join_arch(arch: &str, (l0, a0): (&str, &mut Arch), (l1, add): (&str, &Arch)) -> Result<()> {
+fn join_arch(
+    arch: arch::Arch,
+    (l0, a0): (&str, &mut Arch),
+    (l1, add): (&str, &Arch),
+) -> Result<()> {
     if *a0 == *add {
         return Ok(());
     }
@@ -171,6 +176,7 @@ mod tests {
     use crate::publish::merge::tests::{one, refusal, stream};
     use crate::publish::merge::{merge, Doc};
     use crate::publish::stream::Artifact;
+    use crate::util::arch::Arch;
     use std::collections::BTreeMap;
     use std::path::Path;
 
@@ -179,7 +185,7 @@ mod tests {
         // One build, three runs: metal's disk, the live ISO (also under
         // metal), and vmware; stamped a minute apart.
         let run = |dir: &str, platform: &str, format: &str, file: &str, sha: char, stamp: &str| {
-            let mut s = stream("s", "x86_64", file, "9.6", stamp);
+            let mut s = stream("s", Arch::X86_64, file, "9.6", stamp);
             let a = s.architectures.get_mut("x86_64").unwrap();
             let mut p = a.artifacts.remove("metal").unwrap();
             let art = p.formats.remove("raw.gz").unwrap().remove("disk").unwrap();

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use crate::util::arch::Arch;
+
 use super::checks::{check_file_name, is_cosa_timestamp, is_sha256_hex};
 use super::schema::{Ami, CosaInfo, Git, ImageEntry, Meta, OutputDirConflict, IMAGE_KEY_OSTREE};
 use super::sums::sha256_file;
@@ -42,7 +44,7 @@ impl Meta {
         version: &str,
         ostree_commit: &str,
         ostree_timestamp: &str,
-        basearch: &str,
+        basearch: Arch,
     ) -> Self {
         Meta {
             buildid: version.to_string(),
@@ -52,7 +54,7 @@ impl Meta {
             ostree_version: version.to_string(),
             ostree_content_checksum: None,
             coreos_assembler: CosaInfo {
-                basearch: basearch.to_string(),
+                basearch,
                 // The OS's time, not the run's (docs/contract.md §9): the
                 // same release gives the same meta.json on any machine.
                 build_timestamp: Some(ostree_timestamp.to_string()),
@@ -79,7 +81,6 @@ impl Meta {
             ("buildid", &self.buildid),
             ("name", &self.name),
             ("ostree-version", &self.ostree_version),
-            ("coreos-assembler.basearch", &self.coreos_assembler.basearch),
         ];
         for (key, v) in nonempty {
             if v.is_empty() {

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::util::arch::Arch;
 use serde::{Deserialize, Serialize};
 
 /// File name of the build metadata (cosa `builds/<id>/<arch>/meta.json`).
@@ -130,11 +131,11 @@ pub fn live_rootfs_details(
 }
 
 /// The `coreos-assembler.*` top-level keys.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CosaInfo {
     /// Architecture (`x86_64`, `aarch64`, `s390x`, `ppc64le`).
     #[serde(rename = "coreos-assembler.basearch")]
-    pub basearch: String,
+    pub basearch: Arch,
     /// When the images were built, RFC 3339 UTC.
     #[serde(
         rename = "coreos-assembler.build-timestamp",

@@ -27,7 +27,7 @@ fn meta(commit: &str) -> Meta {
         "418.94.202501221327-0",
         commit,
         "2025-01-22T13:27:00Z",
-        "x86_64",
+        crate::util::arch::Arch::X86_64,
     )
 }
 
@@ -202,7 +202,7 @@ fn merge_other_commit_is_refused() {
     assert_eq!(read_meta(d.path()).unwrap().unwrap(), first);
 
     let mut other_arch = meta(COMMIT);
-    other_arch.coreos_assembler.basearch = "aarch64".into();
+    other_arch.coreos_assembler.basearch = crate::util::arch::Arch::Aarch64;
     assert!(write_merged_meta(d.path(), other_arch).is_err());
     let mut other_version = meta(COMMIT);
     other_version.buildid = "418.94.202501221327-1".into();

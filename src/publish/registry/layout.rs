@@ -23,7 +23,6 @@
 //!   (arch, stream, platform group); the index at the user's tag holds
 //!   every part's artifacts once, and one meta.json and one stream.json
 //!   per (arch, stream) merged from all its parts.
-pub use crate::util::arch::oci_arch;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 

@@ -6,6 +6,7 @@
 use super::client::Client;
 use super::layout::*;
 use crate::image::imageref::DockerRef;
+use crate::util::arch::Arch;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// What to pull.
 #[derive(Debug, Default, Clone)]
 pub struct Selection {
-    pub arch: Option<String>,
+    pub arch: Option<Arch>,
     pub stream: Option<String>,
     /// meta.json keys (`metal`, `live-iso`, ...); empty: all.
     pub platforms: Vec<String>,
@@ -175,7 +176,7 @@ fn select<'a>(
     };
     let chosen: Vec<&Value> = entries
         .iter()
-        .filter(|e| sel.arch.as_deref().map_or(true, |a| ann(e, A_ARCH) == a))
+        .filter(|e| sel.arch.map_or(true, |a| ann(e, A_ARCH) == a))
         .filter(|e| {
             sel.stream
                 .as_deref()
@@ -185,7 +186,7 @@ fn select<'a>(
     if chosen.is_empty() {
         bail!(
             "{what} holds no {}{}: it has {} (arch/stream)",
-            sel.arch.as_deref().unwrap_or("arch"),
+            sel.arch.as_ref().map_or("arch", Arch::as_str),
             sel.stream
                 .as_deref()
                 .map(|s| format!(" of stream {s}"))

@@ -8,6 +8,7 @@ use super::client::{Client, Pushed, INDEX_OCI, MANIFEST_OCI};
 use super::fanin::{self, Part};
 use super::layout::{self, *};
 use crate::image::imageref::DockerRef;
+use crate::util::arch::Arch;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 use std::io::Read;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 pub struct Run {
     pub dir: PathBuf,
     pub stream: String,
-    pub arch: String,
+    pub arch: Arch,
     pub meta: Value,
 }
 
@@ -39,11 +40,12 @@ pub fn runs(dir: &Path, stream: Option<&str>) -> Result<Vec<Run>> {
             Err(e) => Err(anyhow!(e)).with_context(|| format!("reading {}", p.display())),
         }
     };
-    let arch_of = |m: &Value, d: &Path| -> Result<String> {
-        m["coreos-assembler.basearch"]
+    let arch_of = |m: &Value, d: &Path| -> Result<Arch> {
+        let a = m["coreos-assembler.basearch"]
             .as_str()
-            .map(String::from)
-            .ok_or_else(|| anyhow!("{}/meta.json has no coreos-assembler.basearch", d.display()))
+            .ok_or_else(|| anyhow!("{}/meta.json has no coreos-assembler.basearch", d.display()))?;
+        Arch::parse(a)
+            .with_context(|| format!("{}/meta.json: coreos-assembler.basearch", d.display()))
     };
     let mut v = Vec::new();
     if let Some(meta) = read_meta(dir)? {
@@ -217,7 +219,7 @@ fn push_file(
     ann.insert(A_FILE.into(), name.clone().into());
     ann.extend(extra.clone());
     s.artifacts += 1;
-    artifact(c, &digest, size, &atype, &oci_arch(&run.arch), ann)
+    artifact(c, &digest, size, &atype, run.arch.oci_name(), ann)
 }
 
 /// The tag a push writes: REF must name one, and no digest.
@@ -256,9 +258,9 @@ pub fn push(
             .ok_or_else(|| anyhow!("{}/meta.json has no images", run.dir.display()))?;
         let keys: Vec<&str> = images.keys().map(String::as_str).collect();
         planned.push(Part::new(
-            fanin::part_tag(&tag, &run.arch, &run.stream, &keys)?,
+            fanin::part_tag(&tag, run.arch, &run.stream, &keys)?,
             Vec::new(),
-            (&run.arch, &run.stream),
+            (run.arch, &run.stream),
             &keys,
             &run.meta,
         ));
@@ -298,7 +300,7 @@ fn push_run(
 ) -> Result<Vec<Value>> {
     let m = &run.meta;
     let mut common = Map::new();
-    common.insert(A_ARCH.into(), run.arch.clone().into());
+    common.insert(A_ARCH.into(), run.arch.as_str().into());
     common.insert(A_STREAM.into(), run.stream.clone().into());
     for (k, src) in [
         (A_VERSION, "ostree-version"),

@@ -128,6 +128,7 @@ pub fn check(there: &[Part], ours: &[Part], what: &str) -> Result<()> {
 mod tests {
     use super::*;
     use crate::publish::registry::fanin::part::platform_of;
+    use crate::util::arch::Arch;
     use serde_json::json;
 
     fn entry(arch: &str, platform: &str, digest: &str) -> Value {
@@ -140,7 +141,7 @@ mod tests {
         Part::new(
             tag.into(),
             entries.clone(),
-            ("x86_64", "s"),
+            (Arch::X86_64, "s"),
             &platforms,
             &meta,
         )
@@ -184,7 +185,7 @@ mod tests {
         let arm = Part::new(
             "t.part.z".into(),
             vec![entry("aarch64", "metal", "d9")],
-            ("aarch64", "s"),
+            (Arch::Aarch64, "s"),
             &["metal"],
             &json!({"ostree-commit": "c3"}),
         );

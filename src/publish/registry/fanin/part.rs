@@ -4,6 +4,7 @@
 //! the parts under a tag read back from the registry.
 use crate::publish::registry::client::Client;
 use crate::publish::registry::layout::*;
+use crate::util::arch::Arch;
 use crate::util::sha256::Sha256;
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};
@@ -38,10 +39,15 @@ pub(super) fn prefix(tag: &str) -> String {
 
 /// The part tag of a run of `platforms` (its meta.json image keys) for
 /// (arch, stream) under `tag`.
-pub fn part_tag(tag: &str, arch: &str, stream: &str, platforms: &[&str]) -> Result<String> {
+pub fn part_tag(tag: &str, arch: Arch, stream: &str, platforms: &[&str]) -> Result<String> {
     let keys: BTreeSet<String> = platforms.iter().map(|p| tag_part(p)).collect();
     let keys: Vec<String> = keys.into_iter().collect();
-    let base = format!("{}{}.{}", prefix(tag), tag_part(arch), tag_part(stream));
+    let base = format!(
+        "{}{}.{}",
+        prefix(tag),
+        tag_part(arch.as_str()),
+        tag_part(stream)
+    );
     let plain = if keys.is_empty() {
         format!("{base}.none")
     } else {
@@ -76,7 +82,7 @@ impl Part {
     pub fn new(
         tag: String,
         entries: Vec<Value>,
-        (arch, stream): (&str, &str),
+        (arch, stream): (Arch, &str),
         platforms: &[&str],
         meta: &Value,
     ) -> Part {
@@ -84,7 +90,7 @@ impl Part {
         let commit = s("ostree-commit");
         let mut ann = Map::new();
         ann.insert(INDEX_MARK.into(), INDEX_VERSION.into());
-        ann.insert(A_ARCH.into(), arch.into());
+        ann.insert(A_ARCH.into(), arch.as_str().into());
         ann.insert(A_STREAM.into(), stream.into());
         let mut sorted = platforms.to_vec();
         sorted.sort_unstable();
@@ -221,7 +227,7 @@ mod tests {
 
     #[test]
     fn part_tags_keep_platform_groups_apart() {
-        let t = |p: &[&str]| part_tag("4.18", "x86_64", "rhel-9", p).unwrap();
+        let t = |p: &[&str]| part_tag("4.18", Arch::X86_64, "rhel-9", p).unwrap();
         assert_eq!(t(&["metal"]), "4.18.part.x86_64.rhel-9.metal");
         assert_eq!(
             t(&["vmware", "live-iso", "metal"]),
@@ -237,7 +243,7 @@ mod tests {
             "{h}"
         );
         assert_ne!(h, t(&many[1..]));
-        let e = part_tag(&"t".repeat(120), "x86_64", "rhel-9", &["metal"])
+        let e = part_tag(&"t".repeat(120), Arch::X86_64, "rhel-9", &["metal"])
             .unwrap_err()
             .to_string();
         assert!(e.contains("choose a shorter tag"), "{e}");
