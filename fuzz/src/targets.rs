@@ -52,7 +52,7 @@ fn payload(files: &[(&str, &[u8])]) {
                 if let Some(st) = p.stream_for(class) {
                     for a in arches() {
                         let _ = release::stream_platforms(st, a);
-                        let _ = release::pinned_amis(st, a.as_str());
+                        let _ = release::pinned_amis(st, a);
                     }
                 }
             }
@@ -90,7 +90,7 @@ pub fn stream_json(data: &[u8]) {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
         for a in arches() {
             let _ = release::stream_platforms(&v, a);
-            let _ = release::pinned_amis(&v, a.as_str());
+            let _ = release::pinned_amis(&v, a);
         }
     }
     let _ = serde_json::from_slice::<bootimage_gen::publish::stream::Stream>(data);

@@ -76,7 +76,7 @@ pub fn document(l: &Loaded) -> Value {
                     crate::oscontainer::config::PlatformsShape::ByPlatform(_) => "by-platform",
                     crate::oscontainer::config::PlatformsShape::ByArch(_) => "by-arch",
                 },
-                "console": r.typed_arch().ok().and_then(|a| p.for_arch(a).ok()),
+                "console": p.for_arch(r.arch).ok(),
             })),
             "live-templates": o.config.has_live_templates,
         })

@@ -47,14 +47,6 @@ impl Image {
         Arch::parse(&name)
             .with_context(|| format!("image {}: its config's architecture", self.reference))
     }
-
-    /// The CoreOS name of the image's architecture (its config's name when
-    /// it is none). For `release/resolve.rs`, which keeps the name (a
-    /// `String`) until it holds an [`Arch`]; then this goes.
-    pub fn coreos_arch(&self) -> String {
-        let name = self.config.architecture().to_string();
-        Arch::parse(&name).map_or(name, |a| a.to_string())
-    }
 }
 
 /// A session with the image proxy.
@@ -87,14 +79,6 @@ impl Fetcher {
     /// ([`FetchOptions::arch_choice`]).
     pub async fn open(&self, r: &ImageRef) -> Result<Image> {
         self.open_arch(r, self.opts.arch_choice()).await
-    }
-
-    /// [`Fetcher::open_arch`] for an arch by name: for `release/resolve.rs`,
-    /// which passes the name (a `&str`) until it holds an [`Arch`]; then
-    /// this goes.
-    pub async fn open_for(&self, r: &ImageRef, arch: &str) -> Result<Image> {
-        let arch = Arch::parse(arch).with_context(|| format!("opening {r}"))?;
-        self.open_arch(r, arch).await
     }
 
     /// [`Fetcher::open`], picking `arch` from a manifest list.

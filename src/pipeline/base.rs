@@ -32,13 +32,13 @@ pub(super) struct Base {
 
 impl Base {
     /// `arch` by reference: `pipeline/mod.rs` passes `&job.disk.arch`.
-    pub(super) fn open(out: DiskOutput, arch: &Arch, metal_size: u64) -> Result<Self> {
+    pub(super) fn open(out: DiskOutput, arch: Arch, metal_size: u64) -> Result<Self> {
         let file = File::open(&out.base)
             .with_context(|| format!("opening the base disk {}", out.base.display()))?;
         Ok(Base {
             path: out.base,
             file,
-            layout: Layout::new(*arch, metal_size, 512)?,
+            layout: Layout::new(arch, metal_size, 512)?,
             esp4k: out.esp4k,
             boots: out.boots,
             ipls: out.ipls,

@@ -213,7 +213,7 @@ fn base_disk(
         None => job.run(reporter)?,
         Some(accel) => backend::vm::run(job, &s.vm, accel, &loaded.cache.dir, reporter)?,
     };
-    Base::open(out, &job.disk.arch, job.disk.metal_size)
+    Base::open(out, job.disk.arch, job.disk.metal_size)
 }
 
 /// Per artifact: derive -> encode -> compress -> publish; live last (its

@@ -26,7 +26,7 @@ pub(super) fn dry_plan(
         Some(o) => Some(loaded.cache.repo.content_size(&o.commit)?.bytes),
         None => None,
     };
-    let arch = loaded.resolved.typed_arch()?;
+    let arch = loaded.resolved.arch;
     preflight::check_arch(&s.named, arch)?;
     let named_live = s.named.iter().any(|p| p.is_live());
     let mut specs: Vec<&'static PlatformSpec> = if s.all {

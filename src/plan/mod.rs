@@ -435,7 +435,7 @@ pub struct PlanInput<'a> {
 impl DryPlan {
     pub fn build(i: PlanInput) -> Result<DryPlan> {
         let r = i.resolved;
-        let arch = r.typed_arch()?;
+        let arch = r.arch;
         let name = match i.os {
             Some(o) => o.osname.clone(),
             None => r

@@ -184,20 +184,6 @@ impl Payload {
     }
 }
 
-impl resolve::Resolved {
-    /// The release's architecture. `Resolved::arch` is still the name
-    /// (`release/resolve.rs` sets it from the image config): this is its
-    /// one conversion, until it holds an [`Arch`] itself.
-    pub fn typed_arch(&self) -> Result<Arch> {
-        Arch::parse(&self.arch).with_context(|| {
-            format!(
-                "release {}: the architecture of its image config",
-                self.release_ref
-            )
-        })
-    }
-}
-
 /// The platforms a stream JSON lists for `arch`
 /// (`architectures.<arch>.artifacts` keys, stream-metadata-go
 /// `stream/stream.go`); `None` when it lists none for the arch.
@@ -238,7 +224,7 @@ fn parse_bootimages(
 }
 
 /// The AMIs a stream pins for `arch`.
-pub fn pinned_amis(stream: &serde_json::Value, arch: &str) -> Vec<PinnedAmi> {
+pub fn pinned_amis(stream: &serde_json::Value, arch: Arch) -> Vec<PinnedAmi> {
     let Some(regions) = stream
         .pointer(&format!("/architectures/{arch}/images/aws/regions"))
         .and_then(|r| r.as_object())
@@ -397,7 +383,7 @@ mod tests {
             r#"{"architectures":{"x86_64":{"images":{"aws":{"regions":{"us-east-1":{"release":"1","image":"ami-1"}}}}}}}"#,
         )
         .unwrap();
-        let a = pinned_amis(&s, "x86_64");
+        let a = pinned_amis(&s, Arch::X86_64);
         assert_eq!(
             a,
             vec![PinnedAmi {
@@ -406,6 +392,6 @@ mod tests {
                 release: "1".into()
             }]
         );
-        assert!(pinned_amis(&s, "aarch64").is_empty());
+        assert!(pinned_amis(&s, Arch::Aarch64).is_empty());
     }
 }

@@ -9,6 +9,7 @@ use crate::image::idms::Mirrors;
 use crate::image::imageref::{DockerRef, ImageRef};
 use crate::image::{layers, layout};
 use crate::oscontainer::{detect_format, OsFormat};
+use crate::util::arch::Arch;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -22,7 +23,7 @@ pub struct Resolved {
     pub release_ref: String,
     pub release_digest: String,
     pub release_version: String,
-    pub arch: String,
+    pub arch: Arch,
     pub os_tag: String,
     /// The OS stream (`rhel-9`, `rhel-10`; `None`: OKD's one stream or unknown).
     pub os_stream_class: Option<String>,
@@ -176,7 +177,7 @@ pub async fn open_component(
     release: &ImageRef,
     comp: &Component,
     mirrors: Option<&Mirrors>,
-    arch: &str,
+    arch: Arch,
 ) -> Result<Image> {
     let pull = DockerRef::parse(&comp.pullspec)
         .with_context(|| format!("release tag {} has an invalid pullspec", comp.tag))?;
@@ -185,7 +186,7 @@ pub async fn open_component(
     };
     let mut tried = Vec::new();
     for cand in candidates(release, &pull, mirrors)? {
-        match fetcher.open_for(&cand, arch).await {
+        match fetcher.open_arch(&cand, arch).await {
             Ok(img) => {
                 // A `-multi` payload pins the list; the entry for the arch is opened.
                 let pinned_list = img.index.as_ref().is_some_and(|c| c.index_digest == want);
@@ -219,7 +220,7 @@ pub struct Opened {
     release: Image,
     release_ref: String,
     payload: Payload,
-    arch: String,
+    arch: Arch,
     candidates: Vec<Component>,
     found: Vec<Found>,
     images: Vec<Option<Image>>,
@@ -237,9 +238,15 @@ pub async fn open(
     on_release: OnRelease<'_>,
 ) -> Result<Opened> {
     let (rel, payload) = read_release(fetcher, r, tmp, on_release).await?;
-    let arch = rel.coreos_arch();
-    if let Some(want) = &fetcher.opts.arch {
-        if rel.index.is_none() && &arch != want {
+    let arch = match rel.arch() {
+        Ok(a) => a,
+        Err(e) => {
+            fetcher.close(rel).await.ok();
+            return Err(e.context(format!("{r}: reading the release's architecture")));
+        }
+    };
+    if let Some(want) = fetcher.opts.arch {
+        if rel.index.is_none() && arch != want {
             fetcher.close(rel).await.ok();
             bail!(
                 "{r} is a single-architecture release for {arch}, not {want}: drop --arch {want}, or use the {want} (or -multi) release image"
@@ -255,7 +262,7 @@ pub async fn open(
     let mut found = Vec::new();
     let mut images = Vec::new();
     for c in &candidates {
-        match open_component(fetcher, r, c, mirrors, &arch).await {
+        match open_component(fetcher, r, c, mirrors, arch).await {
             Ok(img) => {
                 let labels = img.labels();
                 found.push(Found::classify(
@@ -310,13 +317,13 @@ impl Opened {
         let stream = self.payload.stream_for(stream_class.as_deref()).cloned();
         let amis = stream
             .as_ref()
-            .map(|s| pinned_amis(s, &self.arch))
+            .map(|s| pinned_amis(s, self.arch))
             .unwrap_or_default();
         let resolved = Resolved {
             release_ref: self.release_ref.clone(),
             release_digest: self.release.digest.clone(),
             release_version: self.payload.version.clone(),
-            arch: self.arch.clone(),
+            arch: self.arch,
             os_tag: comp.tag.clone(),
             os_stream_class: stream_class,
             os_choice: choice.reason,
