@@ -313,7 +313,7 @@ fn settle_killed(root: &Path) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn sigkill_at_random_moments_then_rerun() {
     let _s = serial();
     let mut rng = Rng::from_env();

@@ -362,7 +362,7 @@ fn arch_keyed_platforms_and_multi_generate() {
 /// inspect says so; the layer's files are in the deployed root of metal;
 /// the disk boots.
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn derived_os_image_is_deployed_with_its_layers() {
     let d = fxk("rhel_coreos_derived");
     let c = cache();
@@ -534,7 +534,7 @@ fn unreadable_credentials() {
 /// `/boot/grub2/grub.cfg` is the grub-script (metal has no console
 /// commands to insert).
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn cosa_era_image_json_grub_script() {
     let f = fxk("release_cosa417");
     let c = cache();

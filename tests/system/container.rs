@@ -236,7 +236,7 @@ fn help_version_and_platforms_need_no_volumes() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn privileged_runs_loopback_and_its_disk_boots() {
     assert_eq!(dry_run_backend(&["--privileged"], "auto").0, "loopback");
     let g = generate("privileged", &["--privileged"], &[]).unwrap_or_else(|e| panic!("{e}"));
@@ -260,7 +260,7 @@ fn privileged_runs_loopback_and_its_disk_boots() {
 /// naming /dev/kvm and the way out. Runs on every host (on these machines,
 /// whose nested KVM cannot start a guest, the refusal half).
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn dev_kvm_auto_and_backend_kvm_agree_whether_kvm_runs() {
     let dev = ["--device", "/dev/kvm"];
     let (name, why) = dry_run_backend(&dev, "auto");
@@ -291,7 +291,7 @@ fn dev_kvm_auto_and_backend_kvm_agree_whether_kvm_runs() {
 /// guest. Nested KVM can also start and then hang: the watchdog stops the
 /// VM and the error says to use nokvm, which is then used.
 #[test]
-#[ignore = "needs a host where qemu starts a KVM guest; on these machines nested KVM cannot (dev_kvm_auto_and_backend_kvm_agree_whether_kvm_runs asserts why), so it could only pass without running KVM; run with --ignored where KVM works"]
+#[ignore = "boot tier, on a host where qemu starts a KVM guest (--features boot -- --ignored); on these machines nested KVM cannot (dev_kvm_auto_and_backend_kvm_agree_whether_kvm_runs asserts why), so it could only pass without running KVM"]
 fn dev_kvm_runs_kvm_and_its_disk_boots() {
     let dev = ["--device", "/dev/kvm"];
     let (name, why) = dry_run_backend(&dev, "auto");
@@ -596,7 +596,7 @@ fn bad_input_says_which_podman_flag() {
 /// from the release (an oci-archive the user can read) with nokvm, and the
 /// disk boots; loopback is refused even with --privileged.
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn rootless_podman_runs_it() {
     let image = image();
     let dir = root().join("rootless");

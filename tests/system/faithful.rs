@@ -510,19 +510,19 @@ fn boots_on_composefs(b: &Built, platform: &str, fw: Firmware, what: &str) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn metal_boots_on_composefs_under_seabios() {
     boots_on_composefs(own(), "metal", Firmware::Bios, "own");
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn qemu_boots_on_composefs_under_ovmf() {
     boots_on_composefs(own(), "qemu", Firmware::Uefi, "own");
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn the_host_deployed_disk_is_refused_by_prepare_root() {
     let b = host();
     let disk = copy_raw(b, "qemu", "host-bios");
@@ -547,7 +547,7 @@ fn nokvm() -> &'static Built {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn the_vm_backend_runs_the_os_tools_and_its_metal_boots_on_composefs() {
     let b = nokvm();
     assert!(
@@ -1035,7 +1035,7 @@ fn repo_refs(repo: &Path) -> Vec<String> {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn a_chunked_os_image_lays_down_with_a_ref_per_layer_and_boots_on_composefs() {
     let c = &fx()["release_faithful"]["chunked"];
     let b = chunked();
@@ -1139,7 +1139,7 @@ fn check_live_boot(r: &boot::BootResult, mode: Mode) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn the_live_iso_and_pxe_of_the_faithful_os_boot() {
     let b = live();
     let iso = published(b, "live-iso");
@@ -1326,7 +1326,7 @@ fn layers_without_ref(repo: &Path, layers: &[ostree_ext::oci_spec::image::Descri
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn a_chunkah_image_with_no_ostree_commit_lays_down_and_boots_on_composefs() {
     let c = &fx()["release_faithful"]["chunkah"];
     let b = chunkah();

@@ -573,7 +573,7 @@ fn check_minimal_boot(r: &BootResult, what: &str) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn minimal_iso_boots_bios_fetching_its_rootfs_over_http() {
     let r = boot_minimal(Firmware::Bios, read(&artifact("live-rootfs")), "bios")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -581,7 +581,7 @@ fn minimal_iso_boots_bios_fetching_its_rootfs_over_http() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn minimal_iso_boots_uefi_fetching_its_rootfs_over_http() {
     let r = boot_minimal(Firmware::Uefi, read(&artifact("live-rootfs")), "uefi")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -589,7 +589,7 @@ fn minimal_iso_boots_uefi_fetching_its_rootfs_over_http() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn minimal_iso_refuses_a_tampered_rootfs() {
     let mut rootfs = read(&artifact("live-rootfs"));
     // One byte of the squashfs changed, size unchanged.
@@ -611,7 +611,7 @@ fn minimal_iso_refuses_a_tampered_rootfs() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn full_iso_exposes_the_osmet_files_to_the_live_system() {
     let r = boot::assert_boots(
         &[Media::Cdrom(artifact("live-iso"))],

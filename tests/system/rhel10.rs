@@ -331,7 +331,7 @@ fn check_live(r: &boot::BootResult, mode: Mode) {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn cdrom_bios_boots_with_the_erofs_root() {
     let r = boot::assert_boots(
         &[Media::Cdrom(artifact("live-iso"))],
@@ -342,7 +342,7 @@ fn cdrom_bios_boots_with_the_erofs_root() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn usb_uefi_boots_with_the_erofs_root() {
     // The other media and firmware: the hybrid ISO as a USB disk under OVMF
     // (GRUB from the ESP image rather than isolinux from El Torito).
@@ -378,7 +378,7 @@ fn pxe_boot(art: impl Fn(&str) -> PathBuf) -> boot::BootResult {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn pxe_boots_with_the_erofs_root() {
     check_live(&pxe_boot(artifact), Mode::LivePxe);
 }
@@ -389,7 +389,7 @@ fn pxe_boots_with_the_erofs_root() {
 /// said on the console and recorded in meta.json; the rootfs made with
 /// the mapped options mounts in the guest.
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn erofs_10_1_options_mapped_and_the_rootfs_boots() {
     let root = scratch("rhel10-erofs101");
     let _ = std::fs::remove_dir_all(&root);
@@ -595,7 +595,7 @@ fn real_bootupctl_status_reads_the_state() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
+#[cfg_attr(not(feature = "boot"), ignore = "needs --features boot")]
 fn disk_boots_with_static_configs_bios_and_uefi() {
     let raw = built().raw.join("metal.raw");
     for fw in [Firmware::Bios, Firmware::Uefi] {
