@@ -7,6 +7,9 @@
 //! `#[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]`
 //! or the same with `boot` (every test that starts qemu-system or a VM);
 //! `cargo test` without the feature lists it as ignored with that reason.
+//! The fast tier's `tiers` module checks that every test here carries
+//! exactly one, and the boot harness (`common::boot`) refuses to start
+//! qemu for a test without the boot gate.
 //!
 //! Each module was a test target of its own and still is one: scripts/suite.py
 //! runs each as its own process (`system generate::`), so a module's

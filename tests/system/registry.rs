@@ -1466,7 +1466,7 @@ fn pull_recovers_from_resets_and_bad_inputs_say_one_line() {
 /// sends the image. Then our whole push of a generate run. Prints the
 /// figures; asserts only that both worked.
 #[test]
-#[ignore]
+#[ignore = "privileged tier, a benchmark: `make bench-registry` runs it (--features privileged -- --ignored)"]
 fn bench_push_vs_skopeo_copy() {
     use sha2::{Digest, Sha256};
     let mib: u64 = std::env::var("REGISTRY_BENCH_MIB")

@@ -1267,7 +1267,7 @@ fn tls_wrong_thumbprint_refused() {
 /// simulator's datastore (`/folder/...`, which writes it to a file, as our
 /// NFC capture does).
 #[test]
-#[ignore]
+#[ignore = "privileged tier, a benchmark: `make bench-vsphere` runs it (--features privileged -- --ignored)"]
 fn bench_upload_vs_curl() {
     let mib: u64 = std::env::var("VSPHERE_BENCH_MIB")
         .ok()

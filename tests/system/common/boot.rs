@@ -579,6 +579,7 @@ impl Vm {
     /// console; [`Outcome::emulator_fault`]) gets one more boot, said on
     /// stderr and in the boot record; a bad image fails both.
     pub fn boot(&self) -> Result<BootResult, String> {
+        assert_boot_gated();
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let name = self.name.clone().unwrap_or_else(|| {
             format!(
@@ -1558,6 +1559,58 @@ fn target_and_test(thread: &str, suite_target: Option<String>) -> (String, Strin
         .unwrap_or(thread)
         .to_string();
     (target, test)
+}
+
+/// The boot tier's gate, checked where every boot starts: the running
+/// test must carry `#[cfg_attr(not(feature = "boot"), ignore = "needs
+/// --features boot")]` (or an `#[ignore = "boot tier..."]`), so a
+/// test that boots cannot sit in the privileged tier (docs/testing.md
+/// "Tiers"). The test is found by its thread's name (`module::test`, as
+/// libtest names it) in tests/system/MODULE.rs; a boot from a thread of
+/// the test's own (no test name) is not checked.
+fn assert_boot_gated() {
+    let Some(thread) = std::thread::current().name().map(str::to_string) else {
+        return;
+    };
+    let parts: Vec<&str> = thread.split("::").collect();
+    let Some((test, modules)) = parts.split_last() else {
+        return;
+    };
+    let dir = super::top().join("tests/system");
+    // `a::b::t`: tests/system/a/b.rs, else tests/system/a.rs (an inline `mod b`).
+    let Some(src) = (1..=modules.len())
+        .rev()
+        .map(|k| dir.join(format!("{}.rs", modules[..k].join("/"))))
+        .find_map(|p| fs::read_to_string(p).ok())
+    else {
+        return;
+    };
+    let lines: Vec<&str> = src.lines().collect();
+    let Some(at) = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with(&format!("fn {test}(")))
+    else {
+        return;
+    };
+    let mut above: Vec<&str> = lines[..at]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .take_while(|l| !l.is_empty() && !l.ends_with('}') && !l.ends_with(';'))
+        .collect();
+    above.reverse();
+    let attrs: String = above
+        .concat()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let gate = r#"cfg_attr(not(feature="boot"),ignore="needs--featuresboot")"#;
+    assert!(
+        attrs.contains(gate) || attrs.contains(r#"#[ignore="boottier"#),
+        "{thread} boots qemu but is not in the boot tier: give it \
+         #[cfg_attr(not(feature = \"boot\"), ignore = \"needs --features boot\")] \
+         (docs/testing.md \"Tiers\")"
+    );
 }
 
 /// A boot that gets a second attempt (an emulator fault?) passes or fails
