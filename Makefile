@@ -59,16 +59,16 @@ bench-mkfs: build
 	$(CARGO) run --release --quiet --example bench -- "oci:$$fx/oci:release" --compare-mkfs
 
 # vSphere upload throughput against curl -T of the same VMDK to the same
-# simulator (tests/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).
+# simulator (tests/system/vsphere.rs, VSPHERE_BENCH_MIB MiB, default 1024).
 bench-vsphere: deps
 	$(RESTORE)
-	$(CARGO) test --release --features privileged --test vsphere -- --ignored bench_upload_vs_curl --nocapture
+	$(CARGO) test --release --features privileged --test system -- --ignored --exact vsphere::bench_upload_vs_curl --nocapture
 
 # Push throughput against skopeo copy of the same image to the same
-# registry (tests/registry.rs, docker-registry with TLS and htpasswd).
+# registry (tests/system/registry.rs, docker-registry with TLS and htpasswd).
 bench-registry: deps
 	$(RESTORE)
-	$(CARGO) test --release --features privileged --test registry -- --ignored bench_push_vs_skopeo_copy --nocapture
+	$(CARGO) test --release --features privileged --test system -- --ignored --exact registry::bench_push_vs_skopeo_copy --nocapture
 
 # The tool's container image (containerfiles/): the binary just built and
 # every tool it runs, on a Debian 12 base made by mmdebstrap (no container
@@ -102,8 +102,9 @@ lint: deps
 # privileged pipeline and registry tests, boot tests (Cargo.toml [features]),
 # and the lint: scripts/suite.py compiles every target once, then runs the
 # targets side by side on the cores (SUITE_JOBS, default all) and ends with
-# a table of each target's wall time. `make test TARGETS="generate lib"`
-# runs only those.
+# a table of each target's wall time. A target is a unit-test binary or a
+# module of the test binaries (tests/fast, tests/system), run as its own
+# process. `make test TARGETS="generate lib"` runs only those.
 test:
 	@start=$$(date +%s); \
 	bash scripts/install-deps.sh || { echo "make test: the install step failed (its message is above)" >&2; exit 1; }; \
@@ -118,18 +119,19 @@ test:
 # demo`, then `make test` through its install, compile and fixture phases,
 # then `make demo` again from the cache the first run saved. Prints each
 # phase's time. About 80 minutes on 2 cores: run it before a change to the
-# set-up lands (the suite runs the seeded variant, tests/container.rs).
+# set-up lands (the suite runs the seeded variant, tests/system/container.rs).
 fresh-machine: deps
 	bash scripts/fresh-machine.sh
 
-# The fast tier only: no root, no loop device, no VM.
+# The fast tier only: no root, no loop device, no VM, no server (the other
+# tiers' tests are listed as ignored, naming their feature).
 test-fast: deps
 	$(RESTORE)
 	$(CARGO) test --release --workspace -- --test-threads=2
 	$(SAVE)
 
 # Coverage-guided fuzzing of every parser of untrusted bytes
-# (docs/fuzzing.md; `make test` runs the short smoke run, tests/fuzz_smoke.rs).
+# (docs/fuzzing.md; `make test` runs the short smoke run, tests/fast/fuzz_smoke.rs).
 # FUZZ_SECONDS per target, FUZZ_JOBS targets side by side, at nice 19.
 FUZZ_SECONDS ?= 300
 FUZZ_JOBS ?= 1
@@ -138,12 +140,13 @@ fuzz: deps
 
 # The chaos tier at full size (docs/testing.md; `make test` runs
 # CHAOS_RUNS=4): 50 SIGKILLs at random moments each followed by a normal
-# run, 50 SIGINT/SIGTERMs, ENOSPC on a small ext4, gc. Prints its figures and
-# seed (CHAOS_SEED replays one). About 20 minutes on 2 cores.
+# run (one in ten booted: the boot tier), 50 SIGINT/SIGTERMs, ENOSPC on a
+# small ext4, gc. Prints its figures and seed (CHAOS_SEED replays one).
+# About 20 minutes on 2 cores.
 CHAOS_RUNS ?= 50
 chaos: deps
 	$(RESTORE)
-	CHAOS_RUNS=$(CHAOS_RUNS) $(CARGO) test --release --features privileged --test chaos -- --test-threads=2 --nocapture
+	CHAOS_RUNS=$(CHAOS_RUNS) $(CARGO) test --release --features boot --test system -- chaos:: --test-threads=2 --nocapture
 
 fmt:
 	$(CARGO) fmt

@@ -7,7 +7,9 @@ cores, and end with a table of each target's wall time and the whole run's.
 
 Why not plain `cargo test`: it runs one target after another, and most of a
 TCG boot or a qemu-img check is one core, so the second core idles for most
-of the suite. Here each target is a job, started longest first (times
+of the suite. Here each target is a job (a target: a unit-test binary, or
+a module of the `fast` and `system` test binaries, each run as its own
+process: modules_of), started longest first (times
 learned from earlier runs and kept in the cache root (scripts/cache-root.sh),
 or the defaults below),
 under three rules:
@@ -232,10 +234,36 @@ def clippy_driver():
     return d if os.access(d, os.X_OK) else None
 
 
+def modules_of(binary, exe):
+    """The targets of a test binary whose tests are modules (tests/fast,
+    tests/system: each module was a target of its own): module name ->
+    the argv that runs that module's tests alone. A filter `MODULE::`
+    where it selects exactly the module's tests, else the module's test
+    names with --exact. Tests outside any module are the target
+    `BINARY`."""
+    out = subprocess.run([exe, "--list", "--format", "terse"], capture_output=True, text=True)
+    if out.returncode != 0:
+        say(f"{exe} --list failed:\n{out.stderr}")
+        sys.exit(1)
+    names = [l[: -len(": test")] for l in out.stdout.splitlines() if l.endswith(": test")]
+    groups = {}
+    for n in names:
+        groups.setdefault(n.split("::")[0] if "::" in n else "", []).append(n)
+    argvs = {}
+    for module, tests in groups.items():
+        prefix = f"{module}::"
+        if module and sorted(n for n in names if prefix in n) == sorted(tests):
+            argvs[module] = [exe, prefix]
+        else:
+            argvs[module or binary] = [exe, "--exact"] + tests
+    return argvs
+
+
 def compile_tests(features, lint):
-    """`cargo test --no-run`: every test executable, by target name. With
-    `lint`, clippy-driver compiles the workspace's own crates (deny
-    warnings), as `cargo clippy` would check them."""
+    """`cargo test --no-run`: every test target, by name, as the argv that
+    runs it (a test binary's modules are targets of their own:
+    [`modules_of`]). With `lint`, clippy-driver compiles the workspace's
+    own crates (deny warnings), as `cargo clippy` would check them."""
     argv = [os.environ.get("CARGO", "cargo"), "test", "--release", "--no-run", "--workspace",
             "--message-format=json-render-diagnostics"]
     if features:
@@ -269,11 +297,20 @@ def compile_tests(features, lint):
             name = "lib" if t["name"] == "bootimage_gen" else f"lib-{t['name']}"
         else:
             name = t["name"] if kind == "test" else f"{kind}-{t['name']}"
-        exes[name] = m["executable"]
+        # A binary made of modules (tests/NAME/main.rs: tests/fast,
+        # tests/system) is one target per module.
+        modular = kind == "test" and re.search(r"/tests/[^/]+/main\.rs$", t["src_path"])
+        exes[name] = (modular, m["executable"])
     if p.wait() != 0:
         say("cargo test --no-run failed" + (" (a compile error or a clippy warning above)" if lint else ""))
         sys.exit(1)
-    return exes
+    targets = {}
+    for name, (modular, exe) in exes.items():
+        if modular:
+            targets.update(modules_of(name, exe))
+        else:
+            targets[name] = [exe]
+    return targets
 
 
 def load_times(path):
@@ -327,10 +364,14 @@ def main():
     os.makedirs(os.path.dirname(boots), exist_ok=True)
     open(boots, "w").close()
     jobs = []
-    for name, exe in sorted(exes.items()):
+    unknown = sorted(set(a.targets) - set(exes))
+    if unknown:
+        say(f"no target {', '.join(unknown)}; the targets are: {' '.join(sorted(exes))}")
+        sys.exit(2)
+    for name, argv in sorted(exes.items()):
         if a.targets and name not in a.targets:
             continue
-        jobs.append(Job(name, [exe, f"--test-threads={a.test_threads}"], env={
+        jobs.append(Job(name, argv + [f"--test-threads={a.test_threads}"], env={
             "CARGO_MANIFEST_DIR": TOP, "SUITE_BOOT_RECORD": boots, "SUITE_TARGET": name}))
     if lint:
         jobs.append(Job("rustfmt", [os.environ.get("CARGO", "cargo"), "fmt", "--check"]))

@@ -3,7 +3,7 @@
 # (github.com/sigstore/cosign) of Debian SUITE and print its path: trixie
 # ships cosign 2.5, forky (testing) 3.x, both Go binaries that run on
 # Debian 12 (tests/tools/debian-binary.sh fetches and caches them).
-# A test judge (tests/trust.rs, tests/registry.rs), not a tool the product uses.
+# A test judge (tests/system/trust.rs, tests/system/registry.rs), not a tool the product uses.
 # BOOTIMAGE_COSIGN_MIRROR overrides the mirror.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
