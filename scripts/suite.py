@@ -38,7 +38,8 @@ Each job's output goes to target/suite/NAME.log and is printed whole when
 the job ends, so a CI log reads target by target. Every SUITE_HEARTBEAT
 seconds (300) a line says what is running. The exit status is 1 if any job
 failed. Environment: SUITE_JOBS, SUITE_DISK_MARGIN_MIB (2048),
-SUITE_TIMES (the learned times file).
+SUITE_TIMES (the learned times file), SUITE_HANG_GRACE (300: a job
+running past twice its expected time plus this is stopped as hung).
 """
 import argparse
 import json
@@ -87,13 +88,21 @@ DEFAULT_SECS = {
     "fixture_smoke": 25,
     "registry_faults": 24,
 }
-# Cores a job keeps at least busy, whatever was learned (else 1.0 until
-# learned; the stop 34 run measured 0.8-1.2 for every target): the
-# container tier's work runs in podman's containers, whose CPU time wait4
-# never sees (it measured 0.09-0.11).
+# Cores a job is counted for before its own use is learned. The stop 51
+# runs (33 targets, nothing learned) measured 0.4-0.7 for every target but
+# the few-second ones, so 0.8 lets three run side by side on two cores
+# (1.0 ran two, and left most of a core idle for the whole suite).
+UNLEARNED_CPU = 0.8
+# Cores a job keeps at least busy, whatever was learned: the container
+# tier's work runs in podman's containers, whose CPU time wait4 never sees
+# (it measured 0.08-0.18).
 DEFAULT_CPU = {
     "container": 1.0,
 }
+# A job that runs past twice its expected time plus this many seconds is
+# stopped and fails, naming its limit: a hang fails its target, not the
+# whole run at CI's hard limit (stop 51: one hung target, 47 minutes).
+HANG_GRACE_SECS = int(os.environ.get("SUITE_HANG_GRACE", "300"))
 
 
 def cache_root():
@@ -134,6 +143,7 @@ class Job:
         self.rc = None
         self.log = os.path.join(TOP, "target", "suite", f"{name}.log")
         self.counts = ""
+        self.timed_out = False
 
     def launch(self):
         os.makedirs(os.path.dirname(self.log), exist_ok=True)
@@ -384,7 +394,8 @@ def main():
             got = {"secs": got}
         got = got or {}
         j.expect = got.get("secs", DEFAULT_SECS.get(j.name, 60))
-        j.cpu = max(got.get("cpu", 0.0), DEFAULT_CPU.get(j.name, 1.0 if "cpu" not in got else 0.0))
+        j.cpu = max(got.get("cpu", 0.0), DEFAULT_CPU.get(j.name, UNLEARNED_CPU if "cpu" not in got else 0.0))
+        j.limit = 2 * j.expect + HANG_GRACE_SECS
     pending = sorted(jobs, key=lambda j: -j.expect)
     running, done = [], []
     cores = a.jobs + 0.5
@@ -402,6 +413,19 @@ def main():
     try:
         while pending or running:
             for r in list(running):
+                if not r.timed_out and time.monotonic() - r.start > r.limit:
+                    say(f"{r.name}: running {fmt_secs(time.monotonic() - r.start)}, past its limit "
+                        f"{fmt_secs(r.limit)} (twice its expected {fmt_secs(r.expect)} + "
+                        f"{HANG_GRACE_SECS} s): stopping it as hung")
+                    r.timed_out = True
+                    r.kill()
+                    r.kill_at = time.monotonic() + 30
+                if r.timed_out and time.monotonic() > r.kill_at:
+                    r.kill_at = float("inf")
+                    try:
+                        os.killpg(r.proc.pid, 9)
+                    except ProcessLookupError:
+                        pass
                 if r.poll():
                     running.remove(r)
                     done.append(r)
@@ -437,7 +461,7 @@ def main():
 
     total = time.monotonic() - t_all + (a.deps_secs or 0)
     for j in done:
-        if j.rc == 0:
+        if j.rc == 0 and not j.timed_out:
             learned[j.name] = {"secs": round(j.secs)}
             if j.cpu_secs is not None:
                 learned[j.name]["cpu"] = round(j.cpu_secs / max(j.secs, 1), 2)
@@ -449,11 +473,12 @@ def main():
     except OSError as e:
         say(f"could not save the times to {times_path}: {e}")
 
-    failed = [j for j in done if j.rc != 0]
+    failed = [j for j in done if j.rc != 0 or j.timed_out]
     rows = [(n, "", fmt_secs(s), "", "") for n, s in phases]
     for j in sorted(done, key=lambda j: -j.secs):
         cpu = f"{j.cpu_secs / max(j.secs, 1):.2f}" if j.cpu_secs is not None else "?"
-        rows.append((j.name, "ok" if j.rc == 0 else f"FAILED (exit {j.rc})", fmt_secs(j.secs), cpu, j.counts))
+        res = "ok" if j.rc == 0 else ("FAILED (hung)" if j.timed_out else f"FAILED (exit {j.rc})")
+        rows.append((j.name, res, fmt_secs(j.secs), cpu, j.counts))
     w = max(len(r[0]) for r in rows)
     print()
     print(f"| {'target':<{w}} | {'result':<17} | {'wall':>6} | cores | tests")

@@ -52,6 +52,10 @@ impl Image {
 /// A session with the image proxy.
 pub struct Fetcher {
     proxy: ImageProxy,
+    /// A blob read was abandoned on a stalled connection: skopeo still
+    /// holds a request open, so it cannot be shut down cleanly (the proxy
+    /// library panics on that); it ends with this process instead.
+    abandoned: std::sync::atomic::AtomicBool,
     pub opts: FetchOptions,
     /// skopeo's TMPDIR.
     pub scratch: PathBuf,
@@ -69,6 +73,7 @@ impl Fetcher {
             .context("starting the skopeo image proxy")?;
         Ok(Fetcher {
             proxy,
+            abandoned: Default::default(),
             opts: opts.clone(),
             scratch: scratch.to_path_buf(),
         })
@@ -220,7 +225,11 @@ impl Fetcher {
         };
         let finished = match (finished, &copied) {
             (Some(f), _) => f,
-            (None, Err(e)) if format!("{e:#}").contains(STALLED) => Ok(()),
+            (None, Err(e)) if format!("{e:#}").contains(STALLED) => {
+                self.abandoned
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
             (None, _) => driver.await,
         };
         let blob_err = |e: String| {
@@ -261,18 +270,25 @@ impl Fetcher {
 
     /// Close an image.
     pub async fn close(&self, img: Image) -> Result<()> {
-        self.proxy
-            .close_image(&img.handle)
+        tokio::time::timeout(PROXY_GRACE, self.proxy.close_image(&img.handle))
             .await
+            .map_err(|_| anyhow!("closing image {}: skopeo did not answer within {PROXY_GRACE:?} (a stalled registry connection?)", img.reference))?
             .context("closing image")?;
         Ok(())
     }
 
-    /// Stop the proxy.
+    /// Stop the proxy. A skopeo stuck on a stalled registry connection
+    /// never exits by itself: after [`PROXY_GRACE`] it is left to end with
+    /// this process (its parent-death signal), and the run goes on to
+    /// report what it already decided.
     pub async fn finish(self) -> Result<()> {
-        self.proxy
-            .finalize()
+        if self.abandoned.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!("skopeo left to end with this process: a stalled read is still open");
+            return Ok(());
+        }
+        tokio::time::timeout(PROXY_GRACE, self.proxy.finalize())
             .await
+            .map_err(|_| anyhow!("stopping the skopeo image proxy: it did not exit within {PROXY_GRACE:?} (a stalled registry connection?)"))?
             .context("stopping the skopeo image proxy")?;
         Ok(())
     }
@@ -297,6 +313,10 @@ pub struct RetryPolicy {
 }
 
 const STALLED: &str = "the registry connection stalled";
+
+/// How long closing an image or stopping skopeo may take before it is
+/// given up: skopeo answers at once unless a registry connection stalled.
+const PROXY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl RetryPolicy {
     /// Defaults: 5 minutes of retries, 1 s doubling to 30 s, a 60 s stall;

@@ -29,7 +29,11 @@ fn inspect(
     let cache = tempfile::tempdir().unwrap();
     let rel = format!("{}/ocp/release:4.18.0-test", proxy.host());
     let t = Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_bootimage-gen"))
+    // Bounded: a run that never ends (a panic whose runtime waited for
+    // ever on skopeo) fails here in two minutes, not at the suite's limit.
+    let o = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg(env!("CARGO_BIN_EXE_bootimage-gen"))
         .args(["inspect", &rel, "--insecure"])
         .env("BOOTIMAGE_GEN_CACHE_DIR", cache.path())
         .env("HOME", cache.path())
@@ -41,6 +45,11 @@ fn inspect(
     let hits = proxy.hits.lock().unwrap().clone();
     drop(proxy);
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !matches!(o.status.code(), Some(124) | Some(137)),
+        "{fault:?} x{count}: inspect did not end within 120 s\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{fault:?} x{count}: {stderr}");
     eprintln!(
         "--- {fault:?} x{count}: {} in {took:.1?}, {} GETs of the blob ({} faulted)\n{stderr}",
         if o.status.success() { "ok" } else { "failed" },
