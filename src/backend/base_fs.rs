@@ -90,7 +90,7 @@ impl DiskJob {
                 (disk.to_path_buf(), boot_p.start),
             ));
         }
-        let root = self.work.join(STAGE_ROOT);
+        let root = self.stage_root();
         let boot = self.stage_boot();
         drop(crate::io::create_sized(&root, root_p.size)?);
         drop(crate::io::create_sized(&boot, boot_p.size)?);
@@ -108,7 +108,16 @@ impl DiskJob {
     }
 
     fn stage_boot(&self) -> PathBuf {
-        self.work.join(STAGE_BOOT)
+        self.stage_dir().join(STAGE_BOOT)
+    }
+
+    fn stage_root(&self) -> PathBuf {
+        self.stage_dir().join(STAGE_ROOT)
+    }
+
+    /// The stage files' directory: the tmpfs when the pipeline mounted one.
+    fn stage_dir(&self) -> &Path {
+        self.stage_dir.as_deref().unwrap_or(&self.work)
     }
 
     /// The base disk's boot and root filesystems made from the finished
@@ -155,8 +164,8 @@ impl DiskJob {
         }
         dev.close()?;
         root.close()?;
-        std::fs::remove_file(self.work.join(STAGE_ROOT))
-            .with_context(|| format!("removing {}", self.work.join(STAGE_ROOT).display()))?;
+        std::fs::remove_file(self.stage_root())
+            .with_context(|| format!("removing {}", self.stage_root().display()))?;
         Ok(format!(
             "root and boot made from the staged tree by {} ({}): {} entries, {} times clamped to the OS's, immutable: {}",
             t.versions,

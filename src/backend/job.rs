@@ -73,6 +73,10 @@ pub struct DiskJob {
     /// writes them through loop mounts, as the deploy runs.
     #[serde(default)]
     pub mkfs: Option<crate::disk::mkfs::Tools>,
+    /// Where the stage files go (with `mkfs`): a tmpfs the pipeline
+    /// mounted ([`crate::sys::ramstage`]), else `work`.
+    #[serde(default)]
+    pub stage_dir: Option<PathBuf>,
     /// The OS's time (its commit's): every time the filesystems carry is
     /// at most this (`SOURCE_DATE_EPOCH`).
     pub os_time: i64,

@@ -7,6 +7,7 @@
 use super::input::InputArgs;
 use super::vsphere::VsphereTarget;
 pub use crate::backend::Backend;
+pub use crate::sys::ramstage::StageIn;
 pub use crate::util::progress::Progress;
 use clap::builder::PossibleValue;
 use clap::Args;
@@ -77,6 +78,12 @@ pub struct GenerateArgs {
     /// which mkfs wrote them.
     #[arg(long, value_name = "DIR", env = "BOOTIMAGE_GEN_MKFS_TOOLS")]
     pub mkfs_tools: Option<PathBuf>,
+    /// Where the OS is staged before mkfs makes the filesystems from it
+    /// (with a mkfs from --mkfs-tools and the loopback backend). In memory
+    /// the staged data never reaches a disk, so the OS's bytes are written
+    /// once; the run says where it staged and why.
+    #[arg(long, value_name = "WHERE", value_enum, default_value_t = StageIn::Auto, env = "BOOTIMAGE_GEN_STAGE_IN")]
+    pub stage_in: StageIn,
     /// Worker threads for encoding and compression (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -188,6 +195,23 @@ impl clap::ValueEnum for Backend {
             Backend::Nokvm => PossibleValue::new("nokvm").help(
                 "Inside a throw-away VM under pure emulation (TCG): slow, needs neither root nor KVM",
             ),
+        })
+    }
+}
+
+impl clap::ValueEnum for StageIn {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[StageIn::Auto, StageIn::Memory, StageIn::Disk]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            StageIn::Auto => PossibleValue::new("auto").help(
+                "memory (a tmpfs in the work directory) when the staged data takes at most half of the available memory, else disk",
+            ),
+            StageIn::Memory => PossibleValue::new("memory")
+                .help("a tmpfs in the work directory, or an error when it does not fit"),
+            StageIn::Disk => PossibleValue::new("disk").help("files in the work directory"),
         })
     }
 }

@@ -87,6 +87,7 @@ fn settings(a: &GenerateArgs) -> Result<Settings> {
         deploy_with_os: a.deploy_ostree == crate::cli::DeployOstree::Os,
         threads: a.threads.unwrap_or(0),
         mkfs_tools: a.mkfs_tools.clone(),
+        stage_in: a.stage_in,
     })
 }
 

@@ -21,6 +21,7 @@ use crate::plan::{Plan, PlanArtifact};
 use crate::platforms::Upload;
 use crate::publish::aws;
 use crate::publish::meta::{self, Meta};
+use crate::sys::ramstage;
 use crate::sys::workdir::WorkDir;
 use crate::util::space::{explain_places, Place};
 use crate::util::{cancel, progress::Reporter};
@@ -104,7 +105,13 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
     publish::check_output_meta(s, &new_meta)?;
     let work = WorkDir::adopt(loaded.cache.tempdir()?);
     let mkfs = mkfs_tools(s, &reporter)?;
-    *places = space::space_places(&plan, work.path(), &s.output, mkfs.is_some());
+    let stage = stage_place(s, &plan, work.path(), mkfs.is_some(), &reporter)?;
+    *places = space::space_places(
+        &plan,
+        work.path(),
+        &s.output,
+        mkfs.is_some() && stage.is_none(),
+    );
     space::check_space(places)?;
     std::fs::create_dir_all(&s.output)
         .with_context(|| format!("creating output directory {}", s.output.display()))?;
@@ -125,6 +132,7 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
     let deployed_by;
     (job.buildroot, deployed_by) = deploy::deployer(s, &loaded, &plan, &reporter)?;
     job.mkfs = mkfs;
+    job.stage_dir = stage.as_ref().map(|m| m.path().to_path_buf());
     let base = base_disk(s, &loaded, &plan, &job, &reporter)?;
     let osmets = b.pack_osmets(&base)?;
     let mut m = artifacts(&b, &base, &plan, &osmets, new_meta)?;
@@ -149,6 +157,9 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
     b.note_shared_work();
     drop(b);
     drop(base);
+    if let Some(m) = stage {
+        m.close().context("unmounting the stage's tmpfs")?;
+    }
     work.close().context("removing the work directory")?;
     reporter.note(&format!(
         "done: {} (meta.json, stream.json, SHA256SUMS)",
@@ -173,6 +184,50 @@ fn mkfs_tools(s: &Settings, r: &Reporter) -> Result<Option<crate::disk::mkfs::To
                 r.note(&format!(
                     "mkfs: the filesystems are not reproducible: {why}. scripts/mkfs-root.sh fetches mkfs that makes them reproducibly (--mkfs-tools)"
                 ));
+                None
+            }
+        },
+    )
+}
+
+/// Where the OS is staged before mkfs makes the filesystems from it: a
+/// tmpfs under the work directory when it fits (`--stage-in`,
+/// [`ramstage`]), else the work directory; said on the console. Only with
+/// mkfs tools (else there is no stage) on this host's loop devices (a VM
+/// stages inside itself).
+fn stage_place(
+    s: &Settings,
+    plan: &Plan,
+    work: &std::path::Path,
+    staged: bool,
+    r: &Reporter,
+) -> Result<Option<ramstage::RamStage>> {
+    let none = if !staged {
+        Some("no mkfs makes the filesystems from a stage: the kernel writes them directly")
+    } else if plan.backend.name.vm().is_some() {
+        Some("the VM backends stage inside their VM")
+    } else {
+        None
+    };
+    if let Some(why) = none {
+        if s.stage_in == ramstage::StageIn::Memory {
+            bail!("--stage-in memory: {why}; leave --stage-in at auto");
+        }
+        return Ok(None);
+    }
+    let data = plan.disk.content_bytes + (64 << 20);
+    Ok(
+        match ramstage::mount(work, s.stage_in, plan.disk.metal_size, data)? {
+            Ok(m) => {
+                r.note(&format!(
+                    "stage: in memory (a tmpfs on {}, about {} MiB): the OS's bytes reach the disk once, written by mkfs",
+                    m.path().display(),
+                    data >> 20
+                ));
+                Some(m)
+            }
+            Err(why) => {
+                r.note(&format!("stage: in the work directory ({why})"));
                 None
             }
         },

@@ -88,6 +88,7 @@ impl Plan {
             buildroot: None,
             image_refs: self.facts.image_refs.clone(),
             mkfs: None,
+            stage_dir: None,
             os_time: os.timestamp,
         }
     }

@@ -37,6 +37,8 @@ pub struct Settings {
     pub threads: usize,
     /// `--mkfs-tools` (else found, see `disk::mkfs::find_tools`).
     pub mkfs_tools: Option<PathBuf>,
+    /// `--stage-in`: where the OS is staged before mkfs.
+    pub stage_in: crate::sys::ramstage::StageIn,
 }
 
 /// The checks of `generate`'s flags that need more than one of them, or

@@ -4,5 +4,6 @@
 //! best-effort `Drop` when an error or a signal unwinds the run.
 pub mod fsmeta;
 pub mod loopback;
+pub mod ramstage;
 pub mod stale;
 pub mod workdir;

@@ -177,8 +177,42 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
             }
         }
     }
-    // Mounts under the directory, deepest first.
-    let mut mounts = mounts_under(dir);
+    // Mounts under the directory, deepest first; then loop devices over
+    // files in it; then the mounts that hold such files (the stage's
+    // tmpfs, `ramstage`), which stay busy while a device is attached to a
+    // file in them, and must not be detached lazily with the device still
+    // there (the memory would stay taken until reboot).
+    let attached = loops();
+    let (holders, plain): (Vec<PathBuf>, Vec<PathBuf>) = mounts_under(dir)
+        .into_iter()
+        .partition(|m| attached.iter().any(|(_, b)| b.starts_with(m)));
+    unmount_all(plain, &mut s);
+    detach_loops(dir, &mut s);
+    unmount_all(holders, &mut s);
+    // Never remove through a mount point that is still there.
+    if !mounts_under(dir).is_empty() {
+        s.kept.push(format!(
+            "{} (something is still mounted under it)",
+            dir.display()
+        ));
+        return s;
+    }
+    let bytes = du(dir);
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {
+            s.dirs += 1;
+            s.bytes += bytes;
+        }
+        // Another sweep was quicker.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => s.kept.push(format!("{}: {e}", dir.display())),
+    }
+    s
+}
+
+/// Unmount `mounts` (deepest first), counting each in `s` or saying why it
+/// was kept.
+fn unmount_all(mut mounts: Vec<PathBuf>, s: &mut Swept) {
     mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
     for m in &mounts {
         let ok = |a: &[&str]| {
@@ -210,9 +244,12 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
                 .push(format!("mount {} (umount failed)", m.display()));
         }
     }
-    // Loop devices over files in it (also over files since deleted).
-    // `losetup -d` of a device still open only marks it for autoclear:
-    // count it removed only once the kernel has let it go.
+}
+
+/// Detach the loop devices over files in `dir` (also over files since
+/// deleted). `losetup -d` of a device still open only marks it for
+/// autoclear: count it removed only once the kernel has let it go.
+fn detach_loops(dir: &Path, s: &mut Swept) {
     for (dev, back) in loops() {
         if !back.starts_with(dir) {
             continue;
@@ -239,25 +276,6 @@ pub fn remove_stale_dir(dir: &Path) -> Swept {
             s.loops += 1;
         }
     }
-    // Never remove through a mount point that is still there.
-    if !mounts_under(dir).is_empty() {
-        s.kept.push(format!(
-            "{} (something is still mounted under it)",
-            dir.display()
-        ));
-        return s;
-    }
-    let bytes = du(dir);
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {
-            s.dirs += 1;
-            s.bytes += bytes;
-        }
-        // Another sweep was quicker.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => s.kept.push(format!("{}: {e}", dir.display())),
-    }
-    s
 }
 
 /// Loop devices and their backing files (" (deleted)" stripped), from sysfs.

@@ -634,7 +634,8 @@ fn enospc_on_the_output_is_clean_and_the_cache_stays_good() {
 
 /// The leftovers of a killed run built by hand — a work dir owned by a
 /// dead process holding a VM pidfile (a live `sleep` standing in for qemu),
-/// a frozen ext4 mounted from a loop device over a file in it, a bind mount of
+/// a frozen ext4 mounted from a loop device over a file in a tmpfs in it
+/// (the stage in memory), a bind mount of
 /// a directory outside it — plus a live run's work dir and a `.partial` in
 /// an output directory: `gc` removes exactly the dead run's, never empties
 /// the bind mount's source, and leaves the live one.
@@ -674,9 +675,14 @@ fn gc_removes_a_dead_runs_leftovers_and_nothing_else() {
     let mut vm = Command::new("sleep").arg("300").spawn().unwrap();
     let vm_owner = bootimage_gen::util::owner::Owner::of(vm.id()).unwrap();
     bootimage_gen::util::owner::write_pidfile(&dead.join("vm/qemu.pid"), &vm_owner).unwrap();
-    // An ext4 on a loop device over a file inside the dead dir, mounted
-    // inside it (a killed loopback run's base disk).
-    let img = dead.join("base.raw");
+    // An ext4 on a loop device over a file in a tmpfs inside the dead dir,
+    // mounted inside it (a killed loopback run's stage in memory,
+    // `--stage-in memory`): the tmpfs stays busy until the device is
+    // detached, and a lazy unmount before that would keep its memory.
+    let ram = dead.join("stage-ram");
+    std::fs::create_dir_all(&ram).unwrap();
+    must(Command::new("mount").args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"]).arg(&ram));
+    let img = ram.join("stage-root.img");
     std::fs::File::create(&img)
         .unwrap()
         .set_len(16 << 20)
@@ -725,7 +731,7 @@ fn gc_removes_a_dead_runs_leftovers_and_nothing_else() {
     );
     assert!(
         text.contains("leftovers of killed runs: 2 work dirs (")
-            && text.contains("MiB), 1 VM process, 2 mounts, 1 loop device, 1 partial file"),
+            && text.contains("MiB), 1 VM process, 3 mounts, 1 loop device, 1 partial file"),
         "{text}"
     );
     // The VM is gone (reaped here: it is our child).

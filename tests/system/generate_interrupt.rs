@@ -26,6 +26,13 @@ fn mounts_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The stage's tmpfs among `mounts` (`--stage-in auto` stages in memory on
+/// a machine with the room, as this one has): exactly one, or a failure.
+fn stage_in_memory(mounts: &[String]) {
+    let n = mounts.iter().filter(|m| m.ends_with("/stage")).count();
+    assert_eq!(n, 1, "the stage's tmpfs is mounted: {mounts:?}");
+}
+
 fn files_in(dir: &Path) -> Vec<String> {
     match std::fs::read_dir(dir) {
         Ok(rd) => rd
@@ -145,10 +152,12 @@ fn sigint_while_making_filesystems() {
 #[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
 fn sigint_while_making_the_filesystems_from_the_stage() {
     interrupt_at("mkfs-from-stage", libc::SIGINT, 130, |_, cache| {
+        let m = mounts_under(cache);
+        stage_in_memory(&m);
         assert_eq!(
-            mounts_under(cache).len(),
-            1,
-            "the staged root is mounted at this point"
+            m.len(),
+            2,
+            "the stage's tmpfs and the staged root are mounted at this point: {m:?}"
         );
         assert_eq!(
             loops_under(cache).len(),
@@ -162,10 +171,12 @@ fn sigint_while_making_the_filesystems_from_the_stage() {
 #[cfg_attr(not(feature = "privileged"), ignore = "needs --features privileged")]
 fn sigint_during_deploy() {
     interrupt_at("deploy", libc::SIGINT, 130, |_, cache| {
+        let m = mounts_under(cache);
+        stage_in_memory(&m);
         assert_eq!(
-            mounts_under(cache).len(),
-            2,
-            "root and boot are mounted at this point"
+            m.len(),
+            3,
+            "the stage's tmpfs, root and boot are mounted at this point: {m:?}"
         );
         assert_eq!(loops_under(cache).len(), 2);
     });

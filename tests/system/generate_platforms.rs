@@ -797,7 +797,8 @@ fn boot_hyperv_vhdx_uefi() {
 
 /// The same command run again on another day, as it were: another cache,
 /// output path and TMPDIR, another time zone, one CPU (`taskset -c 0`),
-/// a later clock. Every file comes out byte for byte the same
+/// a later clock, the stage on disk where the first had it in memory.
+/// Every file comes out byte for byte the same
 /// (docs/contract.md §9): the disks in every format, the live ISO, kernel,
 /// initramfs and rootfs, the archives, meta.json, stream.json and
 /// SHA256SUMS; diffoscope (Debian's) finds nothing in the metadata either.
@@ -822,6 +823,7 @@ fn a_second_run_elsewhere_writes_the_same_bytes() {
         .arg("--")
         .arg("--cache-dir")
         .arg(root.join("cache-two"))
+        .args(["--stage-in", "disk"])
         .env("TZ", "Pacific/Kiritimati")
         .env("TMPDIR", &tmp)
         .output()
@@ -840,6 +842,17 @@ fn a_second_run_elsewhere_writes_the_same_bytes() {
     assert!(
         log.contains("root and boot made from the staged tree by mkfs.xfs"),
         "the second run did not say which mkfs made the filesystems:\n{log}"
+    );
+    // Staged in memory (auto, on this machine), then on disk: where the
+    // stage was leaves no trace in the bytes.
+    assert!(
+        b.log.contains("stage: in memory"),
+        "the first run did not stage in memory:\n{}",
+        b.log
+    );
+    assert!(
+        log.contains("stage: in the work directory (--stage-in disk)"),
+        "the second run did not stage on disk:\n{log}"
     );
 
     let names = |d: &Path| {
