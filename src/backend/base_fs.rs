@@ -143,29 +143,36 @@ impl DiskJob {
         boot.close()?;
         let sorted = stage::sorted_links(root.path(), SORTED, self.os_time)?;
         let root_p = layout.part("root");
-        let dev = LoopDevice::attach(disk, root_p.start, root_p.size, 512)?;
+        // Into a file of the partition's size, then placed into the disk:
+        // on a block device mkfs.xfs writes with O_DIRECT, mostly 4 KiB at
+        // a time, four times slower through a loop device than into a file
+        // (2.7 GB: 24.7 s against 5.7 s).
+        let img = self.stage_dir().join(ROOT_IMAGE);
+        drop(crate::io::create_sized(&img, root_p.size)?);
         cancel::pause_point("mkfs-from-stage")?;
         cmd::run(&mut mkfs::xfs_from_dir(
             t,
             &root_p.spec,
-            dev.path(),
+            &img,
             &sorted.dir,
             &self.kernel_version,
             self.os_time,
         )?)
         .context("making the root filesystem from the staged tree")?;
         if !sorted.immutable.is_empty() {
-            cmd::run(&mut mkfs::xfs_set_immutable(
-                t,
-                dev.path(),
-                &sorted.immutable,
-            )?)
-            .context("setting the immutable flag on the root filesystem")?;
+            cmd::run(&mut mkfs::xfs_set_immutable(t, &img, &sorted.immutable)?)
+                .context("setting the immutable flag on the root filesystem")?;
         }
-        dev.close()?;
         root.close()?;
         std::fs::remove_file(self.stage_root())
             .with_context(|| format!("removing {}", self.stage_root().display()))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(disk)
+            .with_context(|| format!("opening {}", disk.display()))?;
+        crate::io::place_file(&img, &file, root_p.start)
+            .context("placing the root filesystem into the disk")?;
+        std::fs::remove_file(&img).with_context(|| format!("removing {}", img.display()))?;
         Ok(format!(
             "root and boot made from the staged tree by {} ({}): {} entries, {} times clamped to the OS's, immutable: {}",
             t.versions,
@@ -211,5 +218,8 @@ impl DiskJob {
 /// The staged root and boot filesystems, in the work directory.
 const STAGE_ROOT: &str = "stage-root.img";
 const STAGE_BOOT: &str = "stage-boot.img";
+/// The root filesystem mkfs makes from the staged tree, before it is
+/// placed into the disk.
+const ROOT_IMAGE: &str = "root.img";
 /// The staged root rebuilt in sorted order, inside the staged root.
 const SORTED: &str = ".bootimage-gen-sorted";

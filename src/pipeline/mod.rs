@@ -215,23 +215,24 @@ fn stage_place(
         }
         return Ok(None);
     }
-    let data = plan.disk.content_bytes + (64 << 20);
-    Ok(
-        match ramstage::mount(work, s.stage_in, plan.disk.metal_size, data)? {
-            Ok(m) => {
-                r.note(&format!(
+    // The staged tree, and the root filesystem mkfs makes from it beside
+    // it, each about the OS's data.
+    let data = 2 * (plan.disk.content_bytes + (64 << 20));
+    let limit = plan.disk.metal_size + plan.disk.root_size;
+    Ok(match ramstage::mount(work, s.stage_in, limit, data)? {
+        Ok(m) => {
+            r.note(&format!(
                     "stage: in memory (a tmpfs on {}, about {} MiB): the OS's bytes reach the disk once, written by mkfs",
                     m.path().display(),
                     data >> 20
                 ));
-                Some(m)
-            }
-            Err(why) => {
-                r.note(&format!("stage: in the work directory ({why})"));
-                None
-            }
-        },
-    )
+            Some(m)
+        }
+        Err(why) => {
+            r.note(&format!("stage: in the work directory ({why})"));
+            None
+        }
+    })
 }
 
 /// Stages resolve and import: the release, its OS image, and the OS commit

@@ -40,6 +40,9 @@ pub fn space_places(plan: &Plan, work: &Path, out: &Path, staged: bool) -> Vec<P
     let d = &plan.disk;
     let data = d.content_bytes + (64 << 20);
     let mut work_need = data + plan.artifacts.len() as u64 * (64 << 20) + SPACE_MARGIN;
+    // A stage in the work directory: the staged tree, and beside it the
+    // root filesystem mkfs makes from it; the stage is removed before that
+    // goes into the base disk, so the peak holds the data twice.
     if staged {
         work_need += data;
     }

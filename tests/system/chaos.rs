@@ -681,7 +681,11 @@ fn gc_removes_a_dead_runs_leftovers_and_nothing_else() {
     // detached, and a lazy unmount before that would keep its memory.
     let ram = dead.join("stage-ram");
     std::fs::create_dir_all(&ram).unwrap();
-    must(Command::new("mount").args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"]).arg(&ram));
+    must(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            .arg(&ram),
+    );
     let img = ram.join("stage-root.img");
     std::fs::File::create(&img)
         .unwrap()

@@ -1120,7 +1120,8 @@ fn no_room_for_all_is_found_before_building() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
 }
 
-/// The work directory's estimate covers the stage (docs/contract.md §9):
+/// The work directory's estimate covers the stage (docs/contract.md §9)
+/// when it is there (`--stage-in disk`; in memory it takes no room there):
 /// with the least room the preflight accepts, the run succeeds. The cache
 /// is a tmpfs: first the import alone, then the room for the build read
 /// from the preflight's own refusal, then exactly that much free. And a
@@ -1148,11 +1149,33 @@ fn the_least_room_the_work_estimate_accepts_is_enough() {
     };
     const MIB: u64 = 1 << 20;
     // The import (with a build), then a refusal that states the need.
-    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release"),
+            "metal",
+            "-o",
+            p(&out),
+            "--stage-in",
+            "disk",
+        ],
+    );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     std::fs::remove_dir_all(&out).unwrap();
     resize(used() + 8 * MIB);
-    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release"),
+            "metal",
+            "-o",
+            p(&out),
+            "--stage-in",
+            "disk",
+        ],
+    );
     let line = assert_fails(&sb, &r, &["not enough free space", p(&cache)]);
     let need = line
         .split("needs about ")
@@ -1167,7 +1190,14 @@ fn the_least_room_the_work_estimate_accepts_is_enough() {
         let r = generate(
             &sb,
             &["env", "BOOTIMAGE_GEN_SKIP_SPACE_CHECK=1"],
-            &[&oci("release"), "metal", "-o", p(&out)],
+            &[
+                &oci("release"),
+                "metal",
+                "-o",
+                p(&out),
+                "--stage-in",
+                "disk",
+            ],
         );
         // (loop devices are made on the way: the run fails mid-build, and
         // must release them.)
@@ -1184,7 +1214,18 @@ fn the_least_room_the_work_estimate_accepts_is_enough() {
     }
     // Exactly the room it asked for: accepted, and enough.
     resize(used() + (need + 1) * MIB);
-    let r = generate(&sb, &[], &[&oci("release"), "metal", "-o", p(&out)]);
+    let r = generate(
+        &sb,
+        &[],
+        &[
+            &oci("release"),
+            "metal",
+            "-o",
+            p(&out),
+            "--stage-in",
+            "disk",
+        ],
+    );
     assert_eq!(
         r.code,
         Some(0),
