@@ -105,14 +105,17 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
     publish::check_output_meta(s, &new_meta)?;
     let work = WorkDir::adopt(loaded.cache.tempdir()?);
     let mkfs = mkfs_tools(s, &reporter)?;
-    let stage = stage_place(s, &plan, work.path(), mkfs.is_some(), &reporter)?;
-    *places = space::space_places(
-        &plan,
-        work.path(),
-        &s.output,
-        mkfs.is_some() && stage.is_none(),
-    );
+    let in_memory = stage_place(s, &plan, mkfs.is_some(), &reporter)?;
+    *places = space::space_places(&plan, work.path(), &s.output, mkfs.is_some() && !in_memory);
     space::check_space(places)?;
+    // Mounted once the preflight passed: a refused run makes nothing.
+    let stage = match in_memory {
+        true => Some(ramstage::mount(
+            work.path(),
+            plan.disk.metal_size + plan.disk.root_size,
+        )?),
+        false => None,
+    };
     std::fs::create_dir_all(&s.output)
         .with_context(|| format!("creating output directory {}", s.output.display()))?;
     reporter.note(&planning::building(&plan));
@@ -190,18 +193,12 @@ fn mkfs_tools(s: &Settings, r: &Reporter) -> Result<Option<crate::disk::mkfs::To
     )
 }
 
-/// Where the OS is staged before mkfs makes the filesystems from it: a
-/// tmpfs under the work directory when it fits (`--stage-in`,
+/// Whether the OS is staged in memory before mkfs makes the filesystems
+/// from it: a tmpfs under the work directory when it fits (`--stage-in`,
 /// [`ramstage`]), else the work directory; said on the console. Only with
 /// mkfs tools (else there is no stage) on this host's loop devices (a VM
 /// stages inside itself).
-fn stage_place(
-    s: &Settings,
-    plan: &Plan,
-    work: &std::path::Path,
-    staged: bool,
-    r: &Reporter,
-) -> Result<Option<ramstage::RamStage>> {
+fn stage_place(s: &Settings, plan: &Plan, staged: bool, r: &Reporter) -> Result<bool> {
     let none = if !staged {
         Some("no mkfs makes the filesystems from a stage: the kernel writes them directly")
     } else if plan.backend.name.vm().is_some() {
@@ -213,24 +210,22 @@ fn stage_place(
         if s.stage_in == ramstage::StageIn::Memory {
             bail!("--stage-in memory: {why}; leave --stage-in at auto");
         }
-        return Ok(None);
+        return Ok(false);
     }
     // The staged tree, and the root filesystem mkfs makes from it beside
     // it, each about the OS's data.
     let data = 2 * (plan.disk.content_bytes + (64 << 20));
-    let limit = plan.disk.metal_size + plan.disk.root_size;
-    Ok(match ramstage::mount(work, s.stage_in, limit, data)? {
-        Ok(m) => {
+    Ok(match ramstage::decide(s.stage_in, data)? {
+        Ok(()) => {
             r.note(&format!(
-                    "stage: in memory (a tmpfs on {}, about {} MiB): the OS's bytes reach the disk once, written by mkfs",
-                    m.path().display(),
-                    data >> 20
-                ));
-            Some(m)
+                "stage: in memory (a tmpfs in the work directory, about {} MiB): the OS's bytes reach the disk once, written by mkfs",
+                data >> 20
+            ));
+            true
         }
         Err(why) => {
             r.note(&format!("stage: in the work directory ({why})"));
-            None
+            false
         }
     })
 }

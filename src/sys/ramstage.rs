@@ -65,36 +65,37 @@ pub fn fits(data: u64, available: u64) -> bool {
     data <= available / 2
 }
 
-/// Mount the stage's tmpfs under `work` when `want` and the room allow:
-/// `limit` is the most the stage files can hold (the tmpfs's size),
-/// `data` what the stage is expected to hold. `Ok(Err(why))` says why the
-/// stage stays in the work directory; `--stage-in memory` that cannot be
-/// met is an error naming the need and what is available.
-pub fn mount(
-    work: &Path,
-    want: StageIn,
-    limit: u64,
-    data: u64,
-) -> Result<std::result::Result<RamStage, String>> {
+/// Whether the stage goes in memory: `want`, and `data` (what the stage
+/// is expected to hold) within half of the available memory. `Ok(Err(why))`
+/// says why it stays in the work directory; `--stage-in memory` that cannot
+/// be met is an error naming the need and what is available. Decided before
+/// the preflight (which counts the stage where it goes); nothing is mounted
+/// until [`mount`].
+pub fn decide(want: StageIn, data: u64) -> Result<std::result::Result<(), String>> {
     if want == StageIn::Disk {
         return Ok(Err("--stage-in disk".into()));
     }
     let avail = available_memory();
-    let room = avail.is_some_and(|a| fits(data, a));
-    if !room {
-        let why = match avail {
-            Some(a) => format!(
-                "its {} MiB are more than half of the {} MiB of memory available",
-                data >> 20,
-                a >> 20
-            ),
-            None => "/proc/meminfo has no MemAvailable".into(),
-        };
-        if want == StageIn::Memory {
-            bail!("--stage-in memory: the stage does not fit in memory: {why}; use --stage-in disk (or auto), or free memory");
-        }
-        return Ok(Err(why));
+    if avail.is_some_and(|a| fits(data, a)) {
+        return Ok(Ok(()));
     }
+    let why = match avail {
+        Some(a) => format!(
+            "its {} MiB are more than half of the {} MiB of memory available",
+            data >> 20,
+            a >> 20
+        ),
+        None => "/proc/meminfo has no MemAvailable".into(),
+    };
+    if want == StageIn::Memory {
+        bail!("--stage-in memory: the stage does not fit in memory: {why}; use --stage-in disk (or auto), or free memory");
+    }
+    Ok(Err(why))
+}
+
+/// Mount the stage's tmpfs at `work`/[`STAGE_DIR`], `limit` bytes at most
+/// (what the stage files can hold).
+pub fn mount(work: &Path, limit: u64) -> Result<RamStage> {
     let at = work.join(STAGE_DIR);
     let mount = Mount::new(
         Path::new("tmpfs"),
@@ -103,7 +104,7 @@ pub fn mount(
         &format!("size={},mode=0700", limit.max(1 << 20)),
     )
     .with_context(|| format!("mounting a tmpfs for the stage on {}", at.display()))?;
-    Ok(Ok(RamStage { mount }))
+    Ok(RamStage { mount })
 }
 
 #[cfg(test)]
@@ -125,21 +126,21 @@ mod tests {
 
     #[test]
     fn disk_is_never_memory() {
-        let d = tempfile::tempdir().unwrap();
-        let r = mount(d.path(), StageIn::Disk, 1 << 30, 1).unwrap();
-        assert_eq!(r.err().as_deref(), Some("--stage-in disk"));
-        assert!(!d.path().join(STAGE_DIR).exists());
+        assert_eq!(
+            decide(StageIn::Disk, 1).unwrap().err().as_deref(),
+            Some("--stage-in disk")
+        );
     }
 
     #[test]
     fn memory_that_does_not_fit_is_an_error() {
-        let d = tempfile::tempdir().unwrap();
-        let e = match mount(d.path(), StageIn::Memory, 1 << 62, 1 << 62) {
+        let e = match decide(StageIn::Memory, 1 << 62) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a stage larger than memory was accepted"),
         };
         assert!(e.contains("does not fit in memory"), "{e}");
-        let r = mount(d.path(), StageIn::Auto, 1 << 62, 1 << 62).unwrap();
+        let r = decide(StageIn::Auto, 1 << 62).unwrap();
         assert!(r.err().unwrap().contains("more than half"));
+        assert!(decide(StageIn::Auto, 1).unwrap().is_ok());
     }
 }

@@ -1148,34 +1148,21 @@ fn the_least_room_the_work_estimate_accepts_is_enough() {
         );
     };
     const MIB: u64 = 1 << 20;
+    let release = oci("release");
+    let metal = [
+        release.as_str(),
+        "metal",
+        "-o",
+        p(&out),
+        "--stage-in",
+        "disk",
+    ];
     // The import (with a build), then a refusal that states the need.
-    let r = generate(
-        &sb,
-        &[],
-        &[
-            &oci("release"),
-            "metal",
-            "-o",
-            p(&out),
-            "--stage-in",
-            "disk",
-        ],
-    );
+    let r = generate(&sb, &[], &metal);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     std::fs::remove_dir_all(&out).unwrap();
     resize(used() + 8 * MIB);
-    let r = generate(
-        &sb,
-        &[],
-        &[
-            &oci("release"),
-            "metal",
-            "-o",
-            p(&out),
-            "--stage-in",
-            "disk",
-        ],
-    );
+    let r = generate(&sb, &[], &metal);
     let line = assert_fails(&sb, &r, &["not enough free space", p(&cache)]);
     let need = line
         .split("needs about ")
@@ -1187,18 +1174,7 @@ fn the_least_room_the_work_estimate_accepts_is_enough() {
     // at 8 MiB and at 70 % of the need.
     for room in [8, need * 7 / 10] {
         resize(used() + room * MIB);
-        let r = generate(
-            &sb,
-            &["env", "BOOTIMAGE_GEN_SKIP_SPACE_CHECK=1"],
-            &[
-                &oci("release"),
-                "metal",
-                "-o",
-                p(&out),
-                "--stage-in",
-                "disk",
-            ],
-        );
+        let r = generate(&sb, &["env", "BOOTIMAGE_GEN_SKIP_SPACE_CHECK=1"], &metal);
         // (loop devices are made on the way: the run fails mid-build, and
         // must release them.)
         error_line(
@@ -1214,18 +1190,7 @@ fn the_least_room_the_work_estimate_accepts_is_enough() {
     }
     // Exactly the room it asked for: accepted, and enough.
     resize(used() + (need + 1) * MIB);
-    let r = generate(
-        &sb,
-        &[],
-        &[
-            &oci("release"),
-            "metal",
-            "-o",
-            p(&out),
-            "--stage-in",
-            "disk",
-        ],
-    );
+    let r = generate(&sb, &[], &metal);
     assert_eq!(
         r.code,
         Some(0),
