@@ -13,6 +13,7 @@ mod live;
 pub mod load;
 mod planning;
 mod publish;
+mod staging;
 
 use crate::backend::{self, job::DiskJob};
 use crate::plan::settings::Settings;
@@ -104,8 +105,8 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
     let new_meta = publish::start_meta(&plan);
     publish::check_output_meta(s, &new_meta)?;
     let work = WorkDir::adopt(loaded.cache.tempdir()?);
-    let mkfs = mkfs_tools(s, &reporter)?;
-    let in_memory = stage_place(s, &plan, mkfs.is_some(), &reporter)?;
+    let mkfs = staging::mkfs_tools(s, &reporter)?;
+    let in_memory = staging::stage_place(s, &plan, mkfs.is_some(), &reporter)?;
     *places = space::space_places(&plan, work.path(), &s.output, mkfs.is_some() && !in_memory);
     space::check_space(places)?;
     // Mounted once the preflight passed: a refused run makes nothing.
@@ -169,65 +170,6 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
         s.output.display()
     ));
     Ok(ran)
-}
-
-/// The mkfs that makes the filesystems from the staged tree (said on the
-/// console), or none and why (the kernel writes them, not reproducibly).
-fn mkfs_tools(s: &Settings, r: &Reporter) -> Result<Option<crate::disk::mkfs::Tools>> {
-    Ok(
-        match crate::disk::mkfs::find_tools(s.mkfs_tools.as_deref(), &s.input.cache_dir)? {
-            Ok(t) => {
-                r.note(&format!(
-                    "mkfs: {} from {}: the root and boot filesystems are made from the staged tree",
-                    t.versions, t.source
-                ));
-                Some(t)
-            }
-            Err(why) => {
-                r.note(&format!(
-                    "mkfs: the filesystems are not reproducible: {why}. scripts/mkfs-root.sh fetches mkfs that makes them reproducibly (--mkfs-tools)"
-                ));
-                None
-            }
-        },
-    )
-}
-
-/// Whether the OS is staged in memory before mkfs makes the filesystems
-/// from it: a tmpfs under the work directory when it fits (`--stage-in`,
-/// [`ramstage`]), else the work directory; said on the console. Only with
-/// mkfs tools (else there is no stage) on this host's loop devices (a VM
-/// stages inside itself).
-fn stage_place(s: &Settings, plan: &Plan, staged: bool, r: &Reporter) -> Result<bool> {
-    let none = if !staged {
-        Some("no mkfs makes the filesystems from a stage: the kernel writes them directly")
-    } else if plan.backend.name.vm().is_some() {
-        Some("the VM backends stage inside their VM")
-    } else {
-        None
-    };
-    if let Some(why) = none {
-        if s.stage_in == ramstage::StageIn::Memory {
-            bail!("--stage-in memory: {why}; leave --stage-in at auto");
-        }
-        return Ok(false);
-    }
-    // The staged tree, and the root filesystem mkfs makes from it beside
-    // it, each about the OS's data.
-    let data = 2 * (plan.disk.content_bytes + (64 << 20));
-    Ok(match ramstage::decide(s.stage_in, data)? {
-        Ok(()) => {
-            r.note(&format!(
-                "stage: in memory (a tmpfs in the work directory, about {} MiB): the OS's bytes reach the disk once, written by mkfs",
-                data >> 20
-            ));
-            true
-        }
-        Err(why) => {
-            r.note(&format!("stage: in the work directory ({why})"));
-            false
-        }
-    })
 }
 
 /// Stages resolve and import: the release, its OS image, and the OS commit
