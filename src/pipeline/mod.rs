@@ -22,7 +22,6 @@ use crate::plan::{Plan, PlanArtifact};
 use crate::platforms::Upload;
 use crate::publish::aws;
 use crate::publish::meta::{self, Meta};
-use crate::sys::ramstage;
 use crate::sys::workdir::WorkDir;
 use crate::util::space::{explain_places, Place};
 use crate::util::{cancel, progress::Reporter};
@@ -110,13 +109,9 @@ fn run_stages(s: &Settings, loaded: Option<Loaded>, places: &mut Vec<Place>) -> 
     *places = space::space_places(&plan, work.path(), &s.output, mkfs.is_some() && !in_memory);
     space::check_space(places)?;
     // Mounted once the preflight passed: a refused run makes nothing.
-    let stage = match in_memory {
-        true => Some(ramstage::mount(
-            work.path(),
-            plan.disk.metal_size + plan.disk.root_size,
-        )?),
-        false => None,
-    };
+    let stage = in_memory
+        .then(|| staging::mount(work.path(), &plan))
+        .transpose()?;
     std::fs::create_dir_all(&s.output)
         .with_context(|| format!("creating output directory {}", s.output.display()))?;
     reporter.note(&planning::building(&plan));

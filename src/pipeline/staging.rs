@@ -65,3 +65,9 @@ pub(super) fn stage_place(s: &Settings, plan: &Plan, staged: bool, r: &Reporter)
         }
     })
 }
+
+/// The stage's tmpfs in `work`, sized to hold the stage files whole (their
+/// apparent sizes: the metal disk's and the root filesystem's).
+pub(super) fn mount(work: &std::path::Path, plan: &Plan) -> Result<ramstage::RamStage> {
+    ramstage::mount(work, plan.disk.metal_size + plan.disk.root_size)
+}
